@@ -1,0 +1,108 @@
+#include "core/cluster.h"
+
+#include <set>
+
+#include "core/json_reader.h"
+
+namespace gpipe {
+namespace {
+
+const std::set<std::string> kKnownTop = {"format", "name", "devices", "device_memory_bytes",
+                                         "link", "nodes", "links"};
+
+Link LinkFromJson(ObjectReader& parent, std::string_view key) {
+  Link link;
+  const nlohmann::json* json = parent.Object(key);
+  if (json == nullptr) return link;
+  ObjectReader r(*json, parent.Where(key));
+  link.bandwidth_bytes_per_s = r.NumberAbove("bandwidth_bytes_per_s", 0.0);
+  link.latency_ms = r.Number("latency_ms", 0.0);
+  parent.Fail(r.status());
+  return link;
+}
+
+nlohmann::json LinkToJson(const Link& link) {
+  return {{"bandwidth_bytes_per_s", link.bandwidth_bytes_per_s}, {"latency_ms", link.latency_ms}};
+}
+
+}  // namespace
+
+const Link& Cluster::LinkBetween(int from, int to) const {
+  for (const LinkOverride& o : links) {
+    if (o.from == from && o.to == to) return o.link;
+  }
+  return NodeOf(from) == NodeOf(to) ? link : inter_node_link;
+}
+
+Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string& where) {
+  GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kClusterFormat));
+  ObjectReader r(json, where);
+  Cluster cluster;
+  cluster.name = r.OptionalString("name", "");
+  cluster.devices = static_cast<int>(r.Integer("devices", 1, 1 << 20));
+  cluster.device_memory_bytes = r.Bytes("device_memory_bytes");
+  if (r.status().ok() && cluster.device_memory_bytes == 0) {
+    r.Fail("device_memory_bytes", "is 0; give each device's memory in bytes, e.g. 85899345920 for 80 GiB");
+  }
+  cluster.link = LinkFromJson(r, "link");
+  if (const nlohmann::json* nodes = r.OptionalObject("nodes")) {
+    ObjectReader n(*nodes, r.Where("nodes"));
+    cluster.devices_per_node = static_cast<int>(n.Integer("devices_per_node", 1, 1 << 20));
+    cluster.inter_node_link = LinkFromJson(n, "inter_node_link");
+    if (n.status().ok() && cluster.devices % *cluster.devices_per_node != 0) {
+      n.Fail("devices_per_node", std::to_string(*cluster.devices_per_node) + " does not divide devices (" +
+                                     std::to_string(cluster.devices) + ")");
+    }
+    r.Fail(n.status());
+  }
+  if (r.Has("links")) {
+    const nlohmann::json* links = r.Array("links");
+    for (size_t i = 0; links != nullptr && i < links->size() && r.status().ok(); ++i) {
+      ObjectReader l((*links)[i], r.Where("links") + "[" + std::to_string(i) + "]");
+      LinkOverride o;
+      o.from = static_cast<int>(l.Integer("from", 0, cluster.devices - 1));
+      o.to = static_cast<int>(l.Integer("to", 0, cluster.devices - 1));
+      o.link.bandwidth_bytes_per_s = l.NumberAbove("bandwidth_bytes_per_s", 0.0);
+      o.link.latency_ms = l.Number("latency_ms", 0.0);
+      r.Fail(l.status());
+      cluster.links.push_back(o);
+    }
+  }
+  if (!r.status().ok()) return r.status();
+  for (const auto& [key, value] : json.items()) {
+    if (kKnownTop.count(key) == 0) cluster.extra[key] = value;
+  }
+  return cluster;
+}
+
+Expected<Cluster> LoadCluster(const std::string& path) {
+  Expected<nlohmann::json> json = LoadJsonFile(path);
+  if (!json.ok()) return json.status();
+  return ClusterFromJson(*json, path);
+}
+
+nlohmann::json ClusterToJson(const Cluster& cluster) {
+  nlohmann::json json = cluster.extra;
+  json["format"] = kClusterFormat;
+  if (!cluster.name.empty()) json["name"] = cluster.name;
+  json["devices"] = cluster.devices;
+  json["device_memory_bytes"] = cluster.device_memory_bytes;
+  json["link"] = LinkToJson(cluster.link);
+  if (cluster.devices_per_node) {
+    json["nodes"] = {{"devices_per_node", *cluster.devices_per_node},
+                     {"inter_node_link", LinkToJson(cluster.inter_node_link)}};
+  }
+  if (!cluster.links.empty()) {
+    nlohmann::json links = nlohmann::json::array();
+    for (const LinkOverride& o : cluster.links) {
+      nlohmann::json l = LinkToJson(o.link);
+      l["from"] = o.from;
+      l["to"] = o.to;
+      links.push_back(std::move(l));
+    }
+    json["links"] = std::move(links);
+  }
+  return json;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,56 @@
+// The cluster format, gpipe-cluster/1: how many devices, how much memory each has, and what the
+// links between them cost. A link delivers a message of n bytes after latency_ms + n / bandwidth.
+// Links default to `link`; a cluster of several nodes names `nodes.devices_per_node` and the
+// slower `nodes.inter_node_link`; `links` overrides single directed device pairs. Devices are
+// numbered 0..devices-1 and node n holds devices [n*devices_per_node, (n+1)*devices_per_node).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace gpipe {
+
+inline constexpr const char* kClusterFormat = "gpipe-cluster/1";
+
+struct Link {
+  double bandwidth_bytes_per_s = 0;
+  double latency_ms = 0;
+
+  /// Time for one message of `bytes` to arrive.
+  double TransferMs(double bytes) const { return latency_ms + bytes / bandwidth_bytes_per_s * 1e3; }
+};
+
+/// One directed pair whose link differs from the default.
+struct LinkOverride {
+  int from = 0;
+  int to = 0;
+  Link link;
+};
+
+struct Cluster {
+  std::string name;
+  int devices = 1;
+  int64_t device_memory_bytes = 0;
+  Link link;
+  /// Devices per node; absent means one node holds every device.
+  std::optional<int> devices_per_node;
+  Link inter_node_link;
+  std::vector<LinkOverride> links;
+  nlohmann::json extra = nlohmann::json::object();
+
+  /// The link that carries messages from device `from` to device `to`.
+  const Link& LinkBetween(int from, int to) const;
+  int NodeOf(int device) const { return devices_per_node ? device / *devices_per_node : 0; }
+};
+
+Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string& where);
+Expected<Cluster> LoadCluster(const std::string& path);
+nlohmann::json ClusterToJson(const Cluster& cluster);
+
+}  // namespace gpipe

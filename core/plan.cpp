@@ -1,0 +1,314 @@
+#include "core/plan.h"
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <set>
+#include <utility>
+
+#include "core/json_reader.h"
+#include "core/suggest.h"
+
+namespace gpipe {
+namespace {
+
+constexpr std::array<std::pair<ScheduleKind, const char*>, 4> kScheduleNames = {{
+    {ScheduleKind::kGpipe, "gpipe"},
+    {ScheduleKind::k1F1B, "1f1b"},
+    {ScheduleKind::kInterleaved1F1B, "interleaved-1f1b"},
+    {ScheduleKind::kZbH1, "zb-h1"},
+}};
+
+constexpr std::array<std::pair<Optimizer, const char*>, 4> kOptimizerNames = {{
+    {Optimizer::kSgd, "sgd"},
+    {Optimizer::kMomentum, "momentum"},
+    {Optimizer::kAdam, "adam"},
+    {Optimizer::kAdamMixed, "adam-mixed"},
+}};
+
+const std::set<std::string> kKnownTop = {"format",       "profile",      "cluster",
+                                         "schedule",     "microbatches", "global_batch",
+                                         "replicas",     "optimizer",    "stages"};
+
+template <typename Enum, size_t N>
+Expected<Enum> ParseName(const std::array<std::pair<Enum, const char*>, N>& table,
+                         const std::string& name, const char* what) {
+  std::vector<std::string> names;
+  for (const auto& [value, text] : table) {
+    if (name == text) return value;
+    names.emplace_back(text);
+  }
+  return Status::Invalid("unknown " + std::string(what) + " \"" + name + "\"; known: " +
+                         ChoicesAndSuggestion(name, names));
+}
+
+// Reads `key` as an embedded object or as a path relative to base_dir, then parses it with
+// `parse`. Records the path in `*path`.
+template <typename T, typename Parse, typename Load>
+T ReadPart(ObjectReader& r, const char* key, const std::string& base_dir, std::string* path,
+           Parse parse, Load load) {
+  const nlohmann::json* raw = r.Raw(key);
+  if (!r.status().ok()) return T{};
+  if (raw == nullptr) {
+    r.Fail(key, "missing; give the object itself or the path of its JSON file");
+    return T{};
+  }
+  Expected<T> part = Status::Invalid("unreachable");
+  if (raw->is_string()) {
+    std::filesystem::path file(raw->get<std::string>());
+    if (file.is_relative() && !base_dir.empty()) file = std::filesystem::path(base_dir) / file;
+    *path = file.string();
+    part = load(path->c_str());
+    if (!part.ok()) {
+      r.Fail(key, "names \"" + raw->get<std::string>() + "\", which did not load: " +
+                      part.status().message());
+      return T{};
+    }
+  } else if (raw->is_object()) {
+    part = parse(*raw, r.Where(key));
+    if (!part.ok()) {
+      r.Fail(part.status());
+      return T{};
+    }
+  } else {
+    r.Fail(key, "expected an object or a file path, got " + Describe(*raw));
+    return T{};
+  }
+  return std::move(part).value();
+}
+
+Status ValidateStages(const Plan& plan, const std::string& where) {
+  const std::string stages = where + ".stages";
+  const int num_layers = plan.profile.num_layers();
+  if (plan.stages.empty()) return Status::Invalid(stages + ": the plan has no stages; it needs at least one");
+  int expected_first = 0;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    const StagePlan& stage = plan.stages[s];
+    const std::string at = stages + "[" + std::to_string(s) + "].layers";
+    const std::string range =
+        "[" + std::to_string(stage.first_layer) + ", " + std::to_string(stage.end_layer) + ")";
+    if (stage.first_layer >= stage.end_layer) {
+      return Status::Invalid(at + ": " + range + " is empty; every stage needs at least one layer");
+    }
+    if (stage.first_layer != expected_first) {
+      return Status::Invalid(at + ": " + range + " should start at layer " +
+                             std::to_string(expected_first) +
+                             (stage.first_layer < expected_first ? "; it overlaps the stage before"
+                                                                 : "; layers in between belong to no stage"));
+    }
+    if (stage.end_layer > num_layers) {
+      return Status::Invalid(at + ": " + range + " runs past the profile's " +
+                             std::to_string(num_layers) + " layers");
+    }
+    expected_first = stage.end_layer;
+  }
+  if (expected_first != num_layers) {
+    return Status::Invalid(stages + ": the stages end at layer " + std::to_string(expected_first) +
+                           " but the profile has " + std::to_string(num_layers) +
+                           " layers; the last stage must end at " + std::to_string(num_layers));
+  }
+  return Status::Ok();
+}
+
+Status ValidateLayout(const Plan& plan, const std::string& where) {
+  const int ranks = plan.num_ranks();
+  const int stages = plan.num_stages();
+  std::vector<int> used(ranks, 0);
+  for (const StagePlan& stage : plan.stages) ++used[stage.rank];
+  for (int r = 0; r < ranks; ++r) {
+    if (used[r] == 0) {
+      return Status::Invalid(where + ".stages: no stage is on rank " + std::to_string(r) +
+                             "; ranks must be numbered 0..K-1 without gaps");
+    }
+  }
+  const bool interleaved = plan.schedule == ScheduleKind::kInterleaved1F1B;
+  if (!interleaved && stages != ranks) {
+    return Status::Invalid(where + ".schedule: \"" + std::string(ScheduleName(plan.schedule)) +
+                           "\" runs one stage per rank, but the plan puts " + std::to_string(stages) +
+                           " stages on " + std::to_string(ranks) +
+                           " ranks; use \"interleaved-1f1b\" for several stages per rank");
+  }
+  if (interleaved && stages % ranks != 0) {
+    return Status::Invalid(where + ".stages: interleaved-1f1b needs the same number of stages on every rank; " +
+                           std::to_string(stages) + " stages on " + std::to_string(ranks) + " ranks");
+  }
+  for (int s = 0; s < stages; ++s) {
+    const int expected = s % ranks;
+    if (plan.stages[s].rank != expected) {
+      return Status::Invalid(where + ".stages[" + std::to_string(s) + "].rank: is " +
+                             std::to_string(plan.stages[s].rank) + ", expected " +
+                             std::to_string(expected) +
+                             (interleaved ? " (interleaved stages go round-robin: stage s on rank s mod K)"
+                                          : " (stage s runs on rank s)"));
+    }
+  }
+  if (interleaved && plan.microbatches % ranks != 0) {
+    const int lower = plan.microbatches / ranks * ranks;
+    return Status::Invalid(where + ".microbatches: interleaved-1f1b needs a multiple of the " +
+                           std::to_string(ranks) + " ranks (as Megatron-LM does), got " +
+                           std::to_string(plan.microbatches) + "; try " +
+                           (lower > 0 ? std::to_string(lower) + " or " : "") + std::to_string(lower + ranks));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* ScheduleName(ScheduleKind kind) {
+  for (const auto& [value, text] : kScheduleNames) {
+    if (value == kind) return text;
+  }
+  return "?";
+}
+
+Expected<ScheduleKind> ParseScheduleKind(const std::string& name) {
+  return ParseName(kScheduleNames, name, "schedule");
+}
+
+const std::vector<ScheduleKind>& AllScheduleKinds() {
+  static const std::vector<ScheduleKind> kinds = {ScheduleKind::kGpipe, ScheduleKind::k1F1B,
+                                                  ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1};
+  return kinds;
+}
+
+const char* OptimizerName(Optimizer optimizer) {
+  for (const auto& [value, text] : kOptimizerNames) {
+    if (value == optimizer) return text;
+  }
+  return "?";
+}
+
+Expected<Optimizer> ParseOptimizer(const std::string& name) {
+  return ParseName(kOptimizerNames, name, "optimizer");
+}
+
+double StaticBytesPerParamByte(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kSgd: return 2.0;
+    case Optimizer::kMomentum: return 3.0;
+    case Optimizer::kAdam: return 4.0;
+    case Optimizer::kAdamMixed: return 8.0;
+  }
+  return 0.0;
+}
+
+Optimizer DefaultOptimizer(const Profile& profile) {
+  return profile.dtype == "fp32" ? Optimizer::kAdam : Optimizer::kAdamMixed;
+}
+
+int Plan::num_ranks() const {
+  int ranks = 0;
+  for (const StagePlan& stage : stages) ranks = std::max(ranks, stage.rank + 1);
+  return ranks;
+}
+
+std::vector<int> Plan::StageRanks() const {
+  std::vector<int> ranks;
+  ranks.reserve(stages.size());
+  for (const StagePlan& stage : stages) ranks.push_back(stage.rank);
+  return ranks;
+}
+
+Status ValidatePlan(const Plan& plan, const std::string& where) {
+  GPIPE_RETURN_IF_ERROR(ValidateStages(plan, where));
+  GPIPE_RETURN_IF_ERROR(ValidateLayout(plan, where));
+  const int64_t devices_needed = int64_t{plan.num_ranks()} * plan.replicas;
+  if (devices_needed > plan.cluster.devices) {
+    return Status::Invalid(where + ": the plan needs " + std::to_string(plan.num_ranks()) + " ranks x " +
+                           std::to_string(plan.replicas) + " replicas = " + std::to_string(devices_needed) +
+                           " devices, but the cluster has " + std::to_string(plan.cluster.devices));
+  }
+  const int64_t per_step = int64_t{plan.replicas} * plan.microbatches;
+  if (plan.global_batch % per_step != 0) {
+    return Status::Invalid(where + ".global_batch: " + std::to_string(plan.global_batch) +
+                           " samples do not split into " + std::to_string(plan.replicas) +
+                           " replicas x " + std::to_string(plan.microbatches) +
+                           " micro-batches of whole samples; use a multiple of " + std::to_string(per_step));
+  }
+  return Status::Ok();
+}
+
+Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where,
+                            const std::string& base_dir) {
+  GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kPlanFormat));
+  ObjectReader r(json, where);
+  Plan plan;
+  plan.profile = ReadPart<Profile>(r, "profile", base_dir, &plan.profile_path, ProfileFromJson,
+                                   [](const char* p) { return LoadProfile(p); });
+  plan.cluster = ReadPart<Cluster>(r, "cluster", base_dir, &plan.cluster_path, ClusterFromJson,
+                                   [](const char* p) { return LoadCluster(p); });
+  const std::string schedule = r.String("schedule");
+  if (r.status().ok()) {
+    Expected<ScheduleKind> kind = ParseScheduleKind(schedule);
+    if (kind.ok()) plan.schedule = *kind; else r.Fail("schedule", kind.status().message());
+  }
+  plan.microbatches = static_cast<int>(r.Integer("microbatches", 1, 1 << 24));
+  plan.global_batch = r.Integer("global_batch", 1);
+  plan.replicas = static_cast<int>(r.OptionalInteger("replicas", 1, 1 << 20, 1));
+  plan.optimizer = DefaultOptimizer(plan.profile);
+  if (r.Has("optimizer")) {
+    const std::string name = r.String("optimizer");
+    if (r.status().ok()) {
+      Expected<Optimizer> optimizer = ParseOptimizer(name);
+      if (optimizer.ok()) plan.optimizer = *optimizer; else r.Fail("optimizer", optimizer.status().message());
+    }
+  }
+  const nlohmann::json* stages = r.Array("stages");
+  for (size_t i = 0; stages != nullptr && i < stages->size() && r.status().ok(); ++i) {
+    ObjectReader s((*stages)[i], r.Where("stages") + "[" + std::to_string(i) + "]");
+    StagePlan stage;
+    const nlohmann::json* layers = s.Array("layers");
+    if (layers != nullptr) {
+      const bool pair = layers->size() == 2 && (*layers)[0].is_number_integer() &&
+                        (*layers)[1].is_number_integer();
+      if (!pair) {
+        s.Fail("layers", "expected [first, end) as two whole numbers, e.g. [0, 12], got " +
+                             Describe(*layers));
+      } else if ((*layers)[0].get<int64_t>() < 0 || (*layers)[1].get<int64_t>() > (1 << 24)) {
+        s.Fail("layers", "layer indices out of range: " + Describe(*layers));
+      } else {
+        stage.first_layer = (*layers)[0].get<int>();
+        stage.end_layer = (*layers)[1].get<int>();
+      }
+    }
+    stage.rank = static_cast<int>(s.Integer("rank", 0, 1 << 20));
+    stage.remat = s.OptionalBool("remat", false);
+    r.Fail(s.status());
+    plan.stages.push_back(stage);
+  }
+  if (!r.status().ok()) return r.status();
+  for (const auto& [key, value] : json.items()) {
+    if (kKnownTop.count(key) == 0) plan.extra[key] = value;
+  }
+  GPIPE_RETURN_IF_ERROR(ValidatePlan(plan, where));
+  return plan;
+}
+
+Expected<Plan> LoadPlan(const std::string& path) {
+  Expected<nlohmann::json> json = LoadJsonFile(path);
+  if (!json.ok()) return json.status();
+  const std::string base_dir = std::filesystem::path(path).parent_path().string();
+  return PlanFromJson(*json, path, base_dir);
+}
+
+nlohmann::json PlanToJson(const Plan& plan) {
+  nlohmann::json json = plan.extra;
+  json["format"] = kPlanFormat;
+  json["profile"] = ProfileToJson(plan.profile);
+  json["cluster"] = ClusterToJson(plan.cluster);
+  json["schedule"] = ScheduleName(plan.schedule);
+  json["microbatches"] = plan.microbatches;
+  json["global_batch"] = plan.global_batch;
+  json["replicas"] = plan.replicas;
+  json["optimizer"] = OptimizerName(plan.optimizer);
+  nlohmann::json stages = nlohmann::json::array();
+  for (const StagePlan& stage : plan.stages) {
+    stages.push_back({{"layers", {stage.first_layer, stage.end_layer}},
+                      {"rank", stage.rank},
+                      {"remat", stage.remat}});
+  }
+  json["stages"] = std::move(stages);
+  return json;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,86 @@
+// The plan format, gpipe-plan/1: a model's profile, a cluster, a schedule and a cut of the layers
+// into contiguous stages, each on a rank and with or without rematerialization. The planner writes
+// plans; `simulate` and `run` read them. K is the number of ranks of one pipeline, S the number of
+// stages (S = K, or S = v*K for interleaved 1F1B with v chunks per rank), M micro-batches, D
+// data-parallel replicas of the whole pipeline.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/cluster.h"
+#include "core/profile.h"
+#include "core/status.h"
+
+namespace gpipe {
+
+inline constexpr const char* kPlanFormat = "gpipe-plan/1";
+
+enum class ScheduleKind { kGpipe, k1F1B, kInterleaved1F1B, kZbH1 };
+
+/// "gpipe", "1f1b", "interleaved-1f1b", "zb-h1".
+const char* ScheduleName(ScheduleKind kind);
+/// The kind named `name`; the error lists the known names and suggests the nearest.
+Expected<ScheduleKind> ParseScheduleKind(const std::string& name);
+const std::vector<ScheduleKind>& AllScheduleKinds();
+
+/// What the optimizer keeps per byte of parameters: weights, gradients and its state.
+enum class Optimizer { kSgd, kMomentum, kAdam, kAdamMixed };
+const char* OptimizerName(Optimizer optimizer);
+Expected<Optimizer> ParseOptimizer(const std::string& name);
+/// Bytes held per byte of parameters: sgd 2 (weights, grads), momentum 3, adam 4 (weights, grads,
+/// two moments), adam-mixed 8 (16-bit weights and grads, fp32 master copy and two fp32 moments:
+/// 16 bytes per parameter as in the ZeRO paper).
+double StaticBytesPerParamByte(Optimizer optimizer);
+/// adam for fp32 profiles, adam-mixed for 16-bit ones.
+Optimizer DefaultOptimizer(const Profile& profile);
+
+struct StagePlan {
+  /// The stage holds layers [first_layer, end_layer).
+  int first_layer = 0;
+  int end_layer = 0;
+  int rank = 0;
+  bool remat = false;
+
+  int num_layers() const { return end_layer - first_layer; }
+};
+
+struct Plan {
+  Profile profile;
+  Cluster cluster;
+  /// Where profile and cluster came from when the plan names files ("" when embedded).
+  std::string profile_path;
+  std::string cluster_path;
+  ScheduleKind schedule = ScheduleKind::kGpipe;
+  int microbatches = 1;
+  int64_t global_batch = 1;
+  int replicas = 1;
+  Optimizer optimizer = Optimizer::kAdam;
+  std::vector<StagePlan> stages;
+  /// Fields this build does not interpret (e.g. a planner's "prediction"), kept on rewrite.
+  nlohmann::json extra = nlohmann::json::object();
+
+  int num_stages() const { return static_cast<int>(stages.size()); }
+  /// K: ranks of one pipeline.
+  int num_ranks() const;
+  /// Samples in one micro-batch: global_batch / (replicas * microbatches).
+  int64_t microbatch_size() const { return global_batch / (int64_t{replicas} * microbatches); }
+  /// The rank of every stage, indexed by stage.
+  std::vector<int> StageRanks() const;
+};
+
+/// Validates a parsed plan. Paths to a profile or cluster are resolved against `base_dir`.
+Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where,
+                            const std::string& base_dir);
+Expected<Plan> LoadPlan(const std::string& path);
+/// Checks the plan's internal consistency (stages cover the layers, ranks, batch sizes, the
+/// schedule's stage layout); `where` prefixes errors. PlanFromJson calls it.
+Status ValidatePlan(const Plan& plan, const std::string& where);
+/// The plan with profile and cluster embedded, so that the file stands alone.
+nlohmann::json PlanToJson(const Plan& plan);
+
+}  // namespace gpipe

@@ -1,0 +1,54 @@
+// The profile format, gpipe-profile/1: what each layer of a model costs on one device for one
+// micro-batch of `microbatch_size` samples. Written by the profiler or by profiles/generate.py,
+// read by the simulator and the planner. The format is documented in docs/formats.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace gpipe {
+
+inline constexpr const char* kProfileFormat = "gpipe-profile/1";
+
+/// One layer's costs for one micro-batch.
+struct LayerProfile {
+  std::string name;
+  double forward_ms = 0;
+  /// The whole backward pass: input gradient plus weight gradient.
+  double backward_ms = 0;
+  /// The weight-gradient part of backward_ms, when measured (zero-bubble schedules need it).
+  std::optional<double> backward_weight_ms;
+  int64_t param_bytes = 0;
+  /// Bytes kept for backward, one micro-batch, without rematerialization.
+  int64_t activation_bytes = 0;
+  /// Bytes of the tensor sent to the next layer, one micro-batch.
+  int64_t output_bytes = 0;
+};
+
+struct Profile {
+  std::string model;
+  std::string device;
+  int64_t microbatch_size = 1;
+  /// Element type of the weights ("fp32", "bf16", "fp16"); picks the optimizer's memory default.
+  std::string dtype = "fp32";
+  /// Bytes of one micro-batch of the model's input (what the first stage keeps under remat).
+  int64_t input_bytes = 0;
+  std::vector<LayerProfile> layers;
+  /// Fields this build does not interpret, kept so that a rewritten file loses nothing.
+  nlohmann::json extra = nlohmann::json::object();
+
+  int num_layers() const { return static_cast<int>(layers.size()); }
+};
+
+/// Validates and converts a parsed profile; `where` names its origin in errors.
+Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string& where);
+Expected<Profile> LoadProfile(const std::string& path);
+nlohmann::json ProfileToJson(const Profile& profile);
+
+}  // namespace gpipe

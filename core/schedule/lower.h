@@ -1,0 +1,16 @@
+// Lowering: Schedule -> Schedule passes that add what a compute-only schedule leaves implicit.
+#pragma once
+
+#include "core/schedule/schedule.h"
+
+namespace gpipe {
+
+/// Adds the communication between stages on different ranks:
+///   RECV_F right before a forward whose previous stage is elsewhere, SEND_F right after a
+///   forward whose next stage is elsewhere; RECV_B right before a backward (B or I) whose next
+///   stage is elsewhere, SEND_B right after a backward whose previous stage is elsewhere.
+/// Stages on the same rank hand tensors over in memory and get no actions.
+/// REQUIRES: `schedule` has no send or receive actions yet.
+Schedule AddCommunication(const Schedule& schedule);
+
+}  // namespace gpipe
