@@ -1,0 +1,56 @@
+// How fast the simulator runs: simulated actions per second, for GPipe over a grid of K and M
+// (cost grows with the number of actions), and the other schedules at one size.
+//   build/bench/simulator_bench --benchmark_filter=Gpipe
+// Each iteration generates nothing: the lowered schedule and costs are built once per size.
+#include <benchmark/benchmark.h>
+
+#include "core/schedule/generators.h"
+#include "core/schedule/lower.h"
+#include "simulator/simulator.h"
+
+namespace gpipe {
+namespace {
+
+void Simulate(benchmark::State& state, ScheduleKind kind, int chunks) {
+  const int ranks = static_cast<int>(state.range(0));
+  const int microbatches = static_cast<int>(state.range(1));
+  Expected<Schedule> compute = GenerateSchedule(kind, ranks, ranks * chunks, microbatches);
+  if (!compute.ok()) {
+    state.SkipWithError(compute.status().message().c_str());
+    return;
+  }
+  const Schedule schedule = AddCommunication(*compute);
+  CostModel costs = UniformCostModel(ranks, ranks * chunks, 1.0, 2.0, 1.0);
+  for (auto& stage : costs.stages) stage.output_bytes = stage.input_bytes = 1 << 20;
+  for (auto& row : costs.links) {
+    for (Link& link : row) link = Link{1e10, 0.01};
+  }
+  SimOptions options;
+  options.record_timeline = false;
+  for (auto _ : state) {
+    Expected<SimResult> result = gpipe::Simulate(schedule, costs, options);
+    benchmark::DoNotOptimize(result);
+  }
+  const double actions = static_cast<double>(schedule.num_actions());
+  state.counters["actions"] = actions;
+  state.counters["actions_per_s"] = benchmark::Counter(actions, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetComplexityN(static_cast<int64_t>(actions));
+}
+
+void BM_Gpipe(benchmark::State& state) { Simulate(state, ScheduleKind::kGpipe, 1); }
+void BM_1F1B(benchmark::State& state) { Simulate(state, ScheduleKind::k1F1B, 1); }
+void BM_Interleaved(benchmark::State& state) { Simulate(state, ScheduleKind::kInterleaved1F1B, 2); }
+void BM_ZbH1(benchmark::State& state) { Simulate(state, ScheduleKind::kZbH1, 1); }
+
+BENCHMARK(BM_Gpipe)
+    ->Args({8, 32})->Args({8, 128})->Args({16, 256})->Args({32, 256})->Args({64, 256})->Args({64, 512})
+    ->Args({64, 1024})
+    ->Unit(benchmark::kMillisecond)->Complexity(benchmark::oN);
+BENCHMARK(BM_1F1B)->Args({64, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Interleaved)->Args({64, 1024})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ZbH1)->Args({64, 1024})->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace gpipe
+
+BENCHMARK_MAIN();

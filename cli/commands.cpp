@@ -1,0 +1,45 @@
+#include "cli/commands.h"
+
+#include <ostream>
+
+namespace gpipe::cli {
+
+const std::vector<CommandEntry>& Commands() {
+  static const std::vector<CommandEntry> commands = {
+      {"simulate", "Predict a plan's step time, bubble and memory; draw its timeline", MakeSimulateCommand},
+  };
+  return commands;
+}
+
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  CLI::App app{"gpipe-plan: plan, simulate and run pipeline-parallel training (GPipe, 1F1B, "
+               "interleaved 1F1B, ZB-H1)", "gpipe-plan"};
+  app.require_subcommand(1, 1);
+  app.set_version_flag("--version", "gpipe-plan 0.1.0");
+  app.footer(
+      "Examples:\n"
+      "  gpipe-plan simulate profiles/plans/tiny-gpt-gpipe.json\n"
+      "  gpipe-plan simulate profiles/plans/gpt3-13b-8xa100-1f1b.json --svg timeline.svg --trace trace.json\n"
+      "Run 'gpipe-plan SUBCOMMAND --help' for a subcommand's flags.");
+  std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> made;
+  for (const CommandEntry& entry : Commands()) {
+    CLI::App* sub = app.add_subcommand(entry.name, entry.summary);
+    made.emplace_back(sub, entry.make(*sub));
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version arrive as "errors" with exit code 0; CLI11 prints the help of the
+    // subcommand that asked for it.
+    if (e.get_exit_code() == 0) return app.exit(e, out, err);
+    err << "gpipe-plan: " << e.what() << "\n(run 'gpipe-plan --help' for usage)\n";
+    return kExitUsage;
+  }
+  for (auto& [sub, command] : made) {
+    if (sub->parsed()) return command->Run(out, err);
+  }
+  err << "gpipe-plan: no subcommand given\n";
+  return kExitUsage;
+}
+
+}  // namespace gpipe::cli

@@ -1,0 +1,43 @@
+// The subcommands of gpipe-plan, as one table. Each entry names a subcommand, and its factory adds
+// the subcommand's flags to a CLI11 app and returns the object those flags fill; Run() then does
+// the work. cli/ holds no logic of its own: each command calls into planner/, simulator/ or
+// executor/ and prints.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace gpipe::cli {
+
+/// Exit codes: 0 success, 1 the input was wrong or the work failed, 2 the command line was wrong.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+class Command {
+ public:
+  virtual ~Command() = default;
+  /// Does the work after the flags were parsed; prints results to `out` and errors to `err`.
+  virtual int Run(std::ostream& out, std::ostream& err) = 0;
+};
+
+struct CommandEntry {
+  const char* name;
+  const char* summary;
+  /// Adds the flags to `app` (already named and described) and returns the command they fill.
+  std::unique_ptr<Command> (*make)(CLI::App& app);
+};
+
+/// Every subcommand, in the order `--help` lists them.
+const std::vector<CommandEntry>& Commands();
+
+/// Parses argv, runs the chosen subcommand and returns the exit code.
+int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+/// One factory per subcommand (each in its own file).
+std::unique_ptr<Command> MakeSimulateCommand(CLI::App& app);
+
+}  // namespace gpipe::cli

@@ -1,0 +1,81 @@
+// gpipe-plan simulate PLAN.json: predict one training step of a plan.
+#include <ostream>
+
+#include "cli/commands.h"
+#include "core/plan.h"
+#include "core/schedule/validate.h"
+#include "simulator/cost_model.h"
+#include "simulator/report.h"
+#include "simulator/simulator.h"
+#include "simulator/svg.h"
+#include "simulator/trace.h"
+
+namespace gpipe::cli {
+namespace {
+
+class SimulateCommand : public Command {
+ public:
+  explicit SimulateCommand(CLI::App& app) {
+    app.add_option("PLAN", plan_path_, "A gpipe-plan/1 file (see docs/formats.md)")->required();
+    app.add_flag("--json", json_, "Print one JSON object instead of the table");
+    app.add_option("--trace", trace_path_, "Write a Chrome trace-event file (open it in Perfetto)");
+    app.add_option("--svg", svg_path_, "Draw the timeline as an SVG picture");
+    app.add_flag("--print-schedule", print_schedule_, "Print each rank's action list (text form, e.g. 1F0)");
+    app.footer(
+        "Examples:\n"
+        "  gpipe-plan simulate profiles/plans/tiny-gpt-gpipe.json\n"
+        "  gpipe-plan simulate profiles/plans/gpt3-13b-8xa100-1f1b.json --json\n"
+        "  gpipe-plan simulate PLAN.json --svg timeline.svg --trace trace.json\n"
+        "The summary shows the step time, throughput, the bubble against GPipe's (K-1)/(M+K-1),\n"
+        "and each rank's busy time and peak memory against the device's limit.");
+  }
+
+  int Run(std::ostream& out, std::ostream& err) override {
+    Expected<Plan> plan = LoadPlan(plan_path_);
+    if (!plan.ok()) return Fail(err, plan.status());
+    Expected<Schedule> schedule = BuildSchedule(*plan);
+    if (!schedule.ok()) return Fail(err, schedule.status().WithContext(plan_path_));
+    Expected<CostModel> costs = BuildCostModel(*plan);
+    if (!costs.ok()) return Fail(err, costs.status().WithContext(plan_path_));
+    SimOptions options;
+    options.record_timeline = !trace_path_.empty() || !svg_path_.empty();
+    Expected<SimResult> result = Simulate(*schedule, *costs, options);
+    if (!result.ok()) return Fail(err, result.status());
+    const Timeline timeline = TimelineFromSim(*result, PlanTitle(*plan, "simulated"));
+    if (!trace_path_.empty()) {
+      const Status written = WriteChromeTrace(trace_path_, timeline);
+      if (!written.ok()) return Fail(err, written);
+    }
+    if (!svg_path_.empty()) {
+      const Status written = WriteSvg(svg_path_, timeline);
+      if (!written.ok()) return Fail(err, written);
+    }
+    if (json_) {
+      out << SimResultToJson(*plan, *result).dump(2) << "\n";
+    } else {
+      out << FormatSimSummary(*plan, *costs, *result);
+      if (!trace_path_.empty()) out << "trace written to " << trace_path_ << " (open in https://ui.perfetto.dev)\n";
+      if (!svg_path_.empty()) out << "timeline drawn in " << svg_path_ << "\n";
+    }
+    if (print_schedule_) out << "\n" << ScheduleToText(*schedule);
+    return kExitOk;
+  }
+
+ private:
+  static int Fail(std::ostream& err, const Status& status) {
+    err << "gpipe-plan simulate: " << status.message() << "\n";
+    return kExitFailure;
+  }
+
+  std::string plan_path_;
+  std::string trace_path_;
+  std::string svg_path_;
+  bool json_ = false;
+  bool print_schedule_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeSimulateCommand(CLI::App& app) { return std::make_unique<SimulateCommand>(app); }
+
+}  // namespace gpipe::cli

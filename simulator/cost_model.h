@@ -1,0 +1,64 @@
+// What each action of a plan costs: per-stage compute times and bytes for one micro-batch of the
+// plan's size, and the links between ranks. Built from a plan's profile and cluster; the
+// simulator reads only this, so tests can hand it exact numbers.
+//
+// Scaling: the profile measures micro-batches of `profile.microbatch_size` samples. When the
+// plan's micro-batch differs, times and activation bytes scale linearly with the ratio (and the
+// plan summary says so); parameter bytes do not scale.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/cluster.h"
+#include "core/plan.h"
+#include "core/status.h"
+
+namespace gpipe {
+
+struct StageCost {
+  double forward_ms = 0;
+  /// Full backward (input and weight gradients).
+  double backward_ms = 0;
+  /// The split backward of zero-bubble schedules: input gradient and weight gradient.
+  double backward_input_ms = 0;
+  double backward_weight_ms = 0;
+  bool remat = false;
+  /// Kept for backward per micro-batch without remat (the sum over the stage's layers).
+  double activation_bytes = 0;
+  /// The stage's input per micro-batch: all that a remat stage keeps.
+  double input_bytes = 0;
+  /// The stage's output per micro-batch, sent to the next stage.
+  double output_bytes = 0;
+  /// Parameters, gradients and optimizer state.
+  double static_bytes = 0;
+
+  /// Activations kept from the forward until the backward.
+  double stash_bytes() const { return remat ? input_bytes : activation_bytes; }
+  /// The forward pass recomputed before a backward (0 without remat).
+  double recompute_ms() const { return remat ? forward_ms : 0.0; }
+};
+
+struct CostModel {
+  std::vector<StageCost> stages;
+  /// links[from][to] between pipeline ranks.
+  std::vector<std::vector<Link>> links;
+  /// Samples per micro-batch and in the whole step (for throughput).
+  int64_t microbatch_size = 1;
+  int64_t global_batch = 1;
+  /// Plan micro-batch size / profile micro-batch size.
+  double scale = 1.0;
+
+  int num_ranks() const { return static_cast<int>(links.size()); }
+};
+
+/// REQUIRES: ValidatePlan(plan) is ok. Fails when the schedule needs what the profile lacks
+/// (zb-h1 needs every layer's backward_weight_ms).
+Expected<CostModel> BuildCostModel(const Plan& plan);
+
+/// Equal stages over free links: every stage costs forward_ms and backward_ms, with
+/// backward_weight_ms of the backward being the weight gradient; nothing else costs anything.
+CostModel UniformCostModel(int ranks, int stages, double forward_ms, double backward_ms,
+                           double backward_weight_ms = 0.0);
+
+}  // namespace gpipe

@@ -1,0 +1,123 @@
+#include "simulator/report.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/units.h"
+
+namespace gpipe {
+namespace {
+
+std::string Format(const char* format, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+std::string Pad(std::string text, size_t width) {
+  if (text.size() < width) text += std::string(width - text.size(), ' ');
+  return text + " ";
+}
+
+std::string StagesOf(const Plan& plan, int rank, bool layers) {
+  std::string text;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    const StagePlan& stage = plan.stages[s];
+    if (stage.rank != rank) continue;
+    if (!text.empty()) text += ",";
+    text += layers ? std::to_string(stage.first_layer) + "-" + std::to_string(stage.end_layer - 1)
+                   : std::to_string(s) + (stage.remat ? "r" : "");
+  }
+  return text;
+}
+
+}  // namespace
+
+double GpipeBubble(int ranks, int microbatches) {
+  return static_cast<double>(ranks - 1) / static_cast<double>(microbatches + ranks - 1);
+}
+
+nlohmann::json SimResultToJson(const Plan& plan, const SimResult& result) {
+  nlohmann::json ranks = nlohmann::json::array();
+  const double limit = static_cast<double>(plan.cluster.device_memory_bytes);
+  for (size_t r = 0; r < result.ranks.size(); ++r) {
+    const RankResult& rank = result.ranks[r];
+    nlohmann::json stages = nlohmann::json::array();
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      if (plan.stages[s].rank == static_cast<int>(r)) stages.push_back(s);
+    }
+    ranks.push_back({{"rank", r},
+                     {"stages", stages},
+                     {"busy_ms", rank.busy_ms},
+                     {"end_ms", rank.end_ms},
+                     {"peak_memory_bytes", rank.peak_memory_bytes},
+                     {"static_bytes", rank.static_bytes},
+                     {"peak_activation_bytes", rank.peak_activation_bytes},
+                     {"peak_buffer_bytes", rank.peak_buffer_bytes},
+                     {"max_in_flight_microbatches", rank.max_in_flight},
+                     {"memory_limit_bytes", limit},
+                     {"fits", rank.peak_memory_bytes <= limit}});
+  }
+  return {{"step_time_ms", result.step_time_ms},
+          {"bubble_fraction", result.bubble_fraction},
+          {"throughput_samples_per_s", result.throughput_samples_per_s},
+          {"gpipe_closed_form_bubble", GpipeBubble(plan.num_ranks(), plan.microbatches)},
+          {"schedule", ScheduleName(plan.schedule)},
+          {"num_ranks", plan.num_ranks()},
+          {"num_stages", plan.num_stages()},
+          {"microbatches", plan.microbatches},
+          {"microbatch_size", plan.microbatch_size()},
+          {"global_batch", plan.global_batch},
+          {"num_actions", result.num_actions},
+          {"ranks", ranks}};
+}
+
+std::string PlanTitle(const Plan& plan, const std::string& what) {
+  return what + ": " + plan.profile.model + ", " + ScheduleName(plan.schedule) +
+         ", K=" + std::to_string(plan.num_ranks()) + ", M=" + std::to_string(plan.microbatches);
+}
+
+std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const SimResult& result) {
+  const int ranks = plan.num_ranks();
+  std::string out;
+  out += plan.profile.model + " on " + plan.profile.device + " (cluster " +
+         (plan.cluster.name.empty() ? std::to_string(plan.cluster.devices) + " devices" : plan.cluster.name) + ")\n";
+  out += "schedule " + std::string(ScheduleName(plan.schedule)) + ", K=" + std::to_string(ranks) +
+         " ranks, " + std::to_string(plan.num_stages()) + " stages, M=" + std::to_string(plan.microbatches) +
+         " micro-batches of " + std::to_string(plan.microbatch_size()) + " (global batch " +
+         std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) + "\n";
+  if (costs.scale != 1.0) {
+    out += "note: the profile measured micro-batches of " + std::to_string(plan.profile.microbatch_size) +
+           "; times and activations are scaled linearly by " + Format("%.3g", costs.scale) + "\n";
+  }
+  out += "\n";
+  out += "step time   " + FormatMs(result.step_time_ms) + "\n";
+  out += "throughput  " + Format("%.2f", result.throughput_samples_per_s) + " samples/s\n";
+  out += "bubble      " + Format("%.1f%%", 100.0 * result.bubble_fraction) +
+         "  (equal stages, free links: (K-1)/(M+K-1) = " +
+         Format("%.1f%%", 100.0 * GpipeBubble(ranks, plan.microbatches)) + ")\n\n";
+  const double limit = static_cast<double>(plan.cluster.device_memory_bytes);
+  out += Pad("rank", 5) + Pad("stages", 8) + Pad("layers", 12) + Pad("busy", 11) + Pad("idle", 7) +
+         Pad("peak memory", 12) + Pad("= static", 12) + Pad("+ activations", 14) + Pad("+ buffers", 11) +
+         "of " + FormatBytes(limit) + "\n";
+  bool over = false;
+  for (int r = 0; r < ranks; ++r) {
+    const RankResult& rank = result.ranks[r];
+    const double idle = result.step_time_ms > 0 ? 1.0 - rank.busy_ms / result.step_time_ms : 0.0;
+    const bool fits = rank.peak_memory_bytes <= limit;
+    over = over || !fits;
+    out += Pad(std::to_string(r), 5) + Pad(StagesOf(plan, r, false), 8) + Pad(StagesOf(plan, r, true), 12) +
+           Pad(FormatMs(rank.busy_ms), 11) + Pad(Format("%.1f%%", 100.0 * idle), 7) +
+           Pad(FormatBytes(rank.peak_memory_bytes), 12) + Pad(FormatBytes(rank.static_bytes), 12) +
+           Pad(FormatBytes(rank.peak_activation_bytes), 14) + Pad(FormatBytes(rank.peak_buffer_bytes), 11) +
+           (fits ? "fits" : "OVER by " + FormatBytes(rank.peak_memory_bytes - limit)) + "\n";
+  }
+  out += "(an r after a stage number: rematerialized)\n";
+  if (over) {
+    out += "\nThis plan does not fit in device memory: turn on remat for the overflowing stages, "
+           "use more micro-batches (smaller ones), or more stages.\n";
+  }
+  return out;
+}
+
+}  // namespace gpipe

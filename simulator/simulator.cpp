@@ -1,0 +1,268 @@
+#include "simulator/simulator.h"
+
+#include <algorithm>
+#include <string>
+
+#include "simulator/event_queue.h"
+
+namespace gpipe {
+namespace {
+
+enum class MemoryKind : uint8_t { kActivation, kBuffer };
+
+struct MemoryDelta {
+  double time_ms;
+  double bytes;
+  MemoryKind kind;
+  int in_flight;  // change in stashed micro-batches
+};
+
+struct Event {
+  enum class Kind : uint8_t { kRankFree, kArrival } kind;
+  int rank;      // kRankFree: the rank; kArrival: the receiving rank
+  int64_t key;   // kArrival: the message
+};
+
+struct RankState {
+  size_t next = 0;
+  bool computing = false;
+  double compute_start = 0;
+  int64_t waiting_for = -1;
+  double wait_start = 0;
+};
+
+class Simulation {
+ public:
+  Simulation(const Schedule& schedule, const CostModel& costs, const SimOptions& options)
+      : schedule_(schedule), costs_(costs), options_(options),
+        ranks_(schedule.num_ranks()), deltas_(schedule.num_ranks()),
+        arrived_(2 * static_cast<size_t>(schedule.num_stages()) * schedule.num_microbatches, -1.0),
+        link_free_(schedule.num_ranks(), std::vector<double>(schedule.num_ranks(), 0.0)) {
+    result_.ranks.resize(schedule.num_ranks());
+    result_.num_actions = schedule.num_actions();
+    for (int r = 0; r < schedule.num_ranks(); ++r) {
+      double static_bytes = 0;
+      for (int s = 0; s < schedule.num_stages(); ++s) {
+        if (schedule.stage_rank[s] == r) static_bytes += costs.stages[s].static_bytes;
+      }
+      result_.ranks[r].static_bytes = static_bytes;
+    }
+  }
+
+  Expected<SimResult> Run() {
+    for (int r = 0; r < schedule_.num_ranks(); ++r) queue_.Push(0.0, {Event::Kind::kRankFree, r, -1});
+    while (!queue_.empty()) {
+      const double now = queue_.top_time();
+      const Event event = queue_.Pop();
+      if (event.kind == Event::Kind::kArrival) {
+        arrived_[event.key] = now;
+        RankState& state = ranks_[event.rank];
+        if (state.waiting_for == event.key) {
+          state.waiting_for = -1;
+          const Action& recv = schedule_.ranks[event.rank][state.next];
+          Record(event.rank, recv, state.wait_start, now, 0.0);
+          ++state.next;
+          Advance(event.rank, now);
+        }
+      } else {
+        RankState& state = ranks_[event.rank];
+        if (state.computing) Finish(event.rank, now);
+        Advance(event.rank, now);
+      }
+    }
+    for (int r = 0; r < schedule_.num_ranks(); ++r) {
+      if (ranks_[r].next != schedule_.ranks[r].size()) {
+        return Status::Invalid("simulator: rank " + std::to_string(r) + " never finished; it is stuck at " +
+                               ActionToText(schedule_.ranks[r][ranks_[r].next]) +
+                               " (run DryRun on the schedule to see the deadlock)");
+      }
+    }
+    Summarize();
+    return std::move(result_);
+  }
+
+ private:
+  bool CrossesTo(int stage, int other) const {
+    return other >= 0 && other < schedule_.num_stages() && schedule_.stage_rank[other] != schedule_.stage_rank[stage];
+  }
+  // Message key of what RECV_F (activation) or RECV_B (gradient) of `stage` waits for.
+  int64_t Key(bool gradient, int stage, int microbatch) const {
+    return (int64_t{gradient} * schedule_.num_stages() + stage) * schedule_.num_microbatches + microbatch;
+  }
+  void Delta(int rank, double time, double bytes, MemoryKind kind, int in_flight = 0) {
+    if (bytes != 0 || in_flight != 0) deltas_[rank].push_back({time, bytes, kind, in_flight});
+  }
+  void Record(int rank, const Action& action, double start, double end, double recompute) {
+    if (options_.record_timeline) result_.actions.push_back({rank, action, start, end, recompute});
+  }
+
+  double ComputeMs(const Action& a) const {
+    const StageCost& c = costs_.stages[a.stage];
+    switch (a.op) {
+      case Op::kForward: return c.forward_ms;
+      case Op::kBackward: return c.recompute_ms() + c.backward_ms;
+      case Op::kBackwardInput: return c.recompute_ms() + c.backward_input_ms;
+      case Op::kBackwardWeight: return c.backward_weight_ms;
+      case Op::kSendActivation:
+      case Op::kRecvActivation:
+      case Op::kSendGradient:
+      case Op::kRecvGradient: return 0.0;
+    }
+    return 0.0;
+  }
+
+  // Runs rank r's actions from time `now` until it starts a compute, waits or runs out.
+  void Advance(int r, double now) {
+    RankState& state = ranks_[r];
+    const auto& actions = schedule_.ranks[r];
+    while (state.next < actions.size()) {
+      const Action& a = actions[state.next];
+      const StageCost& c = costs_.stages[a.stage];
+      switch (a.op) {
+        case Op::kForward:
+        case Op::kBackward:
+        case Op::kBackwardInput:
+        case Op::kBackwardWeight: {
+          const double duration = ComputeMs(a);
+          if (a.op == Op::kForward) {
+            if (CrossesTo(a.stage, a.stage - 1)) Delta(r, now, -c.input_bytes, MemoryKind::kBuffer);
+            Delta(r, now, c.stash_bytes(), MemoryKind::kActivation, +1);
+          } else if (a.op != Op::kBackwardWeight && c.remat) {
+            Delta(r, now, c.activation_bytes, MemoryKind::kActivation);
+          }
+          state.computing = true;
+          state.compute_start = now;
+          result_.ranks[r].busy_ms += duration;
+          queue_.Push(now + duration, {Event::Kind::kRankFree, r, -1});
+          return;
+        }
+        case Op::kSendActivation:
+        case Op::kSendGradient: {
+          const bool gradient = a.op == Op::kSendGradient;
+          const int to_stage = gradient ? a.stage - 1 : a.stage + 1;
+          const int to = schedule_.stage_rank[to_stage];
+          const double bytes = gradient ? c.input_bytes : c.output_bytes;
+          const Link& link = costs_.links[r][to];
+          Transfer t;
+          t.from_rank = r;
+          t.to_rank = to;
+          t.send = a;
+          t.bytes = bytes;
+          t.start_ms = std::max(now, link_free_[r][to]);
+          t.wire_end_ms = t.start_ms + (bytes > 0 ? bytes / link.bandwidth_bytes_per_s * 1e3 : 0.0);
+          t.arrival_ms = t.wire_end_ms + link.latency_ms;
+          link_free_[r][to] = t.wire_end_ms;
+          Delta(r, now, bytes, MemoryKind::kBuffer);
+          Delta(r, t.wire_end_ms, -bytes, MemoryKind::kBuffer);
+          Delta(to, t.arrival_ms, bytes, MemoryKind::kBuffer);
+          last_arrival_ms_ = std::max(last_arrival_ms_, t.arrival_ms);
+          queue_.Push(t.arrival_ms, {Event::Kind::kArrival, to, Key(gradient, to_stage, a.microbatch)});
+          if (options_.record_timeline) result_.transfers.push_back(t);
+          Record(r, a, now, now, 0.0);
+          ++state.next;
+          break;
+        }
+        case Op::kRecvActivation:
+        case Op::kRecvGradient: {
+          const int64_t key = Key(a.op == Op::kRecvGradient, a.stage, a.microbatch);
+          if (arrived_[key] < 0) {
+            state.waiting_for = key;
+            state.wait_start = now;
+            return;
+          }
+          Record(r, a, now, now, 0.0);
+          ++state.next;
+          break;
+        }
+      }
+    }
+    result_.ranks[r].end_ms = std::max(result_.ranks[r].end_ms, now);
+  }
+
+  // Ends rank r's running compute at `now`.
+  void Finish(int r, double now) {
+    RankState& state = ranks_[r];
+    state.computing = false;
+    const Action& a = schedule_.ranks[r][state.next];
+    const StageCost& c = costs_.stages[a.stage];
+    const bool releases_stash = a.op == Op::kBackward || a.op == Op::kBackwardWeight;
+    if (a.op == Op::kBackward || a.op == Op::kBackwardInput) {
+      if (CrossesTo(a.stage, a.stage + 1)) Delta(r, now, -c.output_bytes, MemoryKind::kBuffer);
+    }
+    if (releases_stash) {
+      Delta(r, now, -(c.stash_bytes() + (c.remat ? c.activation_bytes : 0.0)), MemoryKind::kActivation, -1);
+    }
+    const double recompute = (a.op == Op::kBackward || a.op == Op::kBackwardInput) ? c.recompute_ms() : 0.0;
+    Record(r, a, state.compute_start, now, recompute);
+    result_.ranks[r].end_ms = now;
+    ++state.next;
+  }
+
+  void Summarize() {
+    double step = last_arrival_ms_;
+    double busy = 0;
+    for (const RankResult& rank : result_.ranks) {
+      step = std::max(step, rank.end_ms);
+      busy += rank.busy_ms;
+    }
+    for (int r = 0; r < schedule_.num_ranks(); ++r) {
+      RankResult& rank = result_.ranks[r];
+      auto& deltas = deltas_[r];
+      std::stable_sort(deltas.begin(), deltas.end(), [](const MemoryDelta& a, const MemoryDelta& b) {
+        if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
+        return (a.bytes < 0) > (b.bytes < 0);  // frees first
+      });
+      double activations = 0, buffers = 0;
+      int in_flight = 0;
+      rank.peak_memory_bytes = rank.static_bytes;
+      if (options_.record_timeline) rank.memory.push_back({0.0, rank.static_bytes});
+      for (const MemoryDelta& d : deltas) {
+        (d.kind == MemoryKind::kActivation ? activations : buffers) += d.bytes;
+        in_flight += d.in_flight;
+        rank.max_in_flight = std::max(rank.max_in_flight, in_flight);
+        const double total = rank.static_bytes + activations + buffers;
+        if (total > rank.peak_memory_bytes) {
+          rank.peak_memory_bytes = total;
+          rank.peak_activation_bytes = activations;
+          rank.peak_buffer_bytes = buffers;
+        }
+        if (options_.record_timeline) {
+          if (!rank.memory.empty() && rank.memory.back().time_ms == d.time_ms) {
+            rank.memory.back().bytes = total;
+          } else {
+            rank.memory.push_back({d.time_ms, total});
+          }
+        }
+      }
+    }
+    result_.step_time_ms = step;
+    const double capacity = step * schedule_.num_ranks();
+    result_.bubble_fraction = capacity > 0 ? 1.0 - busy / capacity : 0.0;
+    result_.throughput_samples_per_s = step > 0 ? static_cast<double>(costs_.global_batch) / step * 1e3 : 0.0;
+  }
+
+  const Schedule& schedule_;
+  const CostModel& costs_;
+  const SimOptions& options_;
+  std::vector<RankState> ranks_;
+  std::vector<std::vector<MemoryDelta>> deltas_;
+  std::vector<double> arrived_;
+  std::vector<std::vector<double>> link_free_;
+  double last_arrival_ms_ = 0;
+  EventQueue<Event> queue_;
+  SimResult result_;
+};
+
+}  // namespace
+
+Expected<SimResult> Simulate(const Schedule& schedule, const CostModel& costs, const SimOptions& options) {
+  if (static_cast<int>(costs.stages.size()) != schedule.num_stages() ||
+      costs.num_ranks() != schedule.num_ranks()) {
+    return Status::Invalid("simulator: the cost model has " + std::to_string(costs.stages.size()) + " stages and " +
+                           std::to_string(costs.num_ranks()) + " ranks, the schedule " +
+                           std::to_string(schedule.num_stages()) + " and " + std::to_string(schedule.num_ranks()));
+  }
+  return Simulation(schedule, costs, options).Run();
+}
+
+}  // namespace gpipe

@@ -1,0 +1,50 @@
+// Timelines of one training step and their Chrome trace-event form (chrome://tracing, Perfetto).
+// A Timeline is what a step looked like, whoever saw it: Simulate fills one now, and the
+// executor's measured runs can fill the same struct later, so both draw with the same tools.
+//
+// The trace has one process (pid 0). Each rank r is thread r ("rank r"): its compute actions as
+// complete events named by their action text ("1B3", cat = op name, args {stage, microbatch}),
+// the recomputed forward of a remat backward as a nested "recompute" event, receives that waited
+// as "wait <action>" events (cat "wait") and sends as instant events. Each directed link used is a
+// thread of its own, tid >= 1000 ("link a->b"), with one complete event per message from send to
+// arrival; messages that overlap on a link (a new one on the wire while the last is still in its
+// latency) go on a second track ("link a->b #2") so that every track nests cleanly. Memory is one
+// counter per rank ("memory rank r", args {bytes}). Times are microseconds (ts = ms * 1000).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "simulator/simulator.h"
+
+namespace gpipe {
+
+/// One step over all ranks: what ran where and when, what crossed each link, memory over time.
+struct Timeline {
+  /// A line naming what this is, e.g. "simulated: gpt3-13b, 1f1b, K=4, M=16".
+  std::string title;
+  int num_ranks = 0;
+  std::vector<ActionTiming> actions;
+  std::vector<Transfer> transfers;
+  /// memory[r]: rank r's memory samples in time order (empty when not recorded).
+  std::vector<std::vector<MemorySample>> memory;
+};
+
+/// The timeline of a simulated step. REQUIRES: `result` was simulated with record_timeline.
+Timeline TimelineFromSim(const SimResult& result, std::string title);
+
+/// The Chrome trace-event JSON object {"traceEvents": [...], "displayTimeUnit": "ms",
+/// "otherData": {"title": ...}}. Same timeline, same JSON.
+nlohmann::json TimelineToChromeTrace(const Timeline& t);
+
+/// Writes TimelineToChromeTrace(t) to `path` atomically; errors name the path.
+Status WriteChromeTrace(const std::string& path, const Timeline& t);
+
+/// Writes `contents` to `path` + ".tmp", then renames it over `path`, so readers never see half a
+/// file. Errors name the path and what failed.
+Status WriteFileAtomically(const std::string& path, const std::string& contents);
+
+}  // namespace gpipe
