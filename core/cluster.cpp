@@ -69,17 +69,11 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
     }
   }
   if (!r.status().ok()) return r.status();
-  for (const auto& [key, value] : json.items()) {
-    if (kKnownTop.count(key) == 0) cluster.extra[key] = value;
-  }
+  cluster.extra = UnknownFields(json, kKnownTop);
   return cluster;
 }
 
-Expected<Cluster> LoadCluster(const std::string& path) {
-  Expected<nlohmann::json> json = LoadJsonFile(path);
-  if (!json.ok()) return json.status();
-  return ClusterFromJson(*json, path);
-}
+Expected<Cluster> LoadCluster(const std::string& path) { return LoadJsonAs(path, ClusterFromJson); }
 
 nlohmann::json ClusterToJson(const Cluster& cluster) {
   nlohmann::json json = cluster.extra;

@@ -198,6 +198,14 @@ const nlohmann::json* ObjectReader::Array(std::string_view key) {
   return value;
 }
 
+nlohmann::json UnknownFields(const nlohmann::json& object, const std::set<std::string>& known) {
+  nlohmann::json extra = nlohmann::json::object();
+  for (const auto& [key, value] : object.items()) {
+    if (known.count(key) == 0) extra[key] = value;
+  }
+  return extra;
+}
+
 Status CheckFormat(const nlohmann::json& object, const std::string& where,
                    std::string_view expected) {
   if (!object.is_object()) {

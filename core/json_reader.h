@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -69,6 +70,18 @@ class ObjectReader {
   std::string where_;
   Status status_;
 };
+
+/// The members of `object` whose keys are not in `known`: kept so that a rewritten file loses
+/// nothing this build does not interpret.
+nlohmann::json UnknownFields(const nlohmann::json& object, const std::set<std::string>& known);
+
+/// Loads the JSON file at `path` and converts it with `parse(json, path)`.
+template <typename T>
+Expected<T> LoadJsonAs(const std::string& path, Expected<T> (*parse)(const nlohmann::json&, const std::string&)) {
+  Expected<nlohmann::json> json = LoadJsonFile(path);
+  if (!json.ok()) return json.status();
+  return parse(*json, path);
+}
 
 /// Checks `object["format"] == expected`; the error says which formats this build reads.
 Status CheckFormat(const nlohmann::json& object, const std::string& where, std::string_view expected);

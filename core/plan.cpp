@@ -277,9 +277,7 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
     plan.stages.push_back(stage);
   }
   if (!r.status().ok()) return r.status();
-  for (const auto& [key, value] : json.items()) {
-    if (kKnownTop.count(key) == 0) plan.extra[key] = value;
-  }
+  plan.extra = UnknownFields(json, kKnownTop);
   GPIPE_RETURN_IF_ERROR(ValidatePlan(plan, where));
   return plan;
 }

@@ -60,17 +60,11 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
     }
     profile.layers.push_back(std::move(*layer));
   }
-  for (const auto& [key, value] : json.items()) {
-    if (kKnownTop.count(key) == 0) profile.extra[key] = value;
-  }
+  profile.extra = UnknownFields(json, kKnownTop);
   return profile;
 }
 
-Expected<Profile> LoadProfile(const std::string& path) {
-  Expected<nlohmann::json> json = LoadJsonFile(path);
-  if (!json.ok()) return json.status();
-  return ProfileFromJson(*json, path);
-}
+Expected<Profile> LoadProfile(const std::string& path) { return LoadJsonAs(path, ProfileFromJson); }
 
 nlohmann::json ProfileToJson(const Profile& profile) {
   nlohmann::json json = profile.extra;

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "core/status.h"
 #include "simulator/simulator.h"
 
@@ -42,9 +43,5 @@ nlohmann::json TimelineToChromeTrace(const Timeline& t);
 
 /// Writes TimelineToChromeTrace(t) to `path` atomically; errors name the path.
 Status WriteChromeTrace(const std::string& path, const Timeline& t);
-
-/// Writes `contents` to `path` + ".tmp", then renames it over `path`, so readers never see half a
-/// file. Errors name the path and what failed.
-Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
 }  // namespace gpipe

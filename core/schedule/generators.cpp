@@ -74,19 +74,23 @@ Schedule GenerateInterleaved1F1B(int ranks, int chunks, int microbatches) {
 }
 
 Schedule GenerateZbH1(int ranks, int microbatches) {
-  assert(ranks >= 1 && microbatches >= 1);
-  Schedule schedule = Empty(ranks, ranks, microbatches);
+  // 1F1B's order with each B split: I takes B's place, and rank r runs W of its micro-batches
+  // in order, starting after its (r+1)-th I; the W left over run at the end.
+  Schedule schedule = Generate1F1B(ranks, microbatches);
   for (int r = 0; r < ranks; ++r) {
-    auto& actions = schedule.ranks[r];
-    const int warmup = std::min(ranks - r - 1, microbatches);
-    for (int i = 0; i < warmup; ++i) actions.push_back({Op::kForward, r, i});
+    std::vector<Action> actions;
+    int inputs_done = 0;
     int next_weight = 0;
-    for (int i = 0; i < microbatches; ++i) {
-      if (warmup + i < microbatches) actions.push_back({Op::kForward, r, warmup + i});
-      actions.push_back({Op::kBackwardInput, r, i});
-      if (i >= r) actions.push_back({Op::kBackwardWeight, r, next_weight++});
+    for (const Action& a : schedule.ranks[r]) {
+      if (a.op != Op::kBackward) {
+        actions.push_back(a);
+        continue;
+      }
+      actions.push_back({Op::kBackwardInput, r, a.microbatch});
+      if (inputs_done++ >= r) actions.push_back({Op::kBackwardWeight, r, next_weight++});
     }
     while (next_weight < microbatches) actions.push_back({Op::kBackwardWeight, r, next_weight++});
+    schedule.ranks[r] = std::move(actions);
   }
   return schedule;
 }
