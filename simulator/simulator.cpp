@@ -4,17 +4,15 @@
 #include <string>
 
 #include "simulator/event_queue.h"
+#include "simulator/memory_model.h"
 
 namespace gpipe {
 namespace {
 
-enum class MemoryKind : uint8_t { kActivation, kBuffer };
-
+// A change of a rank's memory at a time (for the drawn timeline).
 struct MemoryDelta {
   double time_ms;
   double bytes;
-  MemoryKind kind;
-  int in_flight;  // change in stashed micro-batches
 };
 
 struct Event {
@@ -41,11 +39,7 @@ class Simulation {
     result_.ranks.resize(schedule.num_ranks());
     result_.num_actions = schedule.num_actions();
     for (int r = 0; r < schedule.num_ranks(); ++r) {
-      double static_bytes = 0;
-      for (int s = 0; s < schedule.num_stages(); ++s) {
-        if (schedule.stage_rank[s] == r) static_bytes += costs.stages[s].static_bytes;
-      }
-      result_.ranks[r].static_bytes = static_bytes;
+      result_.ranks[r].static_bytes = StaticBytesOfRank(schedule, r, costs.stages);
     }
   }
 
@@ -82,15 +76,15 @@ class Simulation {
   }
 
  private:
-  bool CrossesTo(int stage, int other) const {
-    return other >= 0 && other < schedule_.num_stages() && schedule_.stage_rank[other] != schedule_.stage_rank[stage];
-  }
   // Message key of what RECV_F (activation) or RECV_B (gradient) of `stage` waits for.
   int64_t Key(bool gradient, int stage, int microbatch) const {
     return (int64_t{gradient} * schedule_.num_stages() + stage) * schedule_.num_microbatches + microbatch;
   }
-  void Delta(int rank, double time, double bytes, MemoryKind kind, int in_flight = 0) {
-    if (bytes != 0 || in_flight != 0) deltas_[rank].push_back({time, bytes, kind, in_flight});
+  // Records one of the changes of memory_model.h at `time` (for the timeline only; the peak is
+  // computed from the action list alone).
+  void Change(int rank, double time, const MemoryChange& change) {
+    const double bytes = change.activation_bytes + change.buffer_bytes;
+    if (options_.record_timeline && bytes != 0) deltas_[rank].push_back({time, bytes});
   }
   void Record(int rank, const Action& action, double start, double end, double recompute) {
     if (options_.record_timeline) result_.actions.push_back({rank, action, start, end, recompute});
@@ -124,12 +118,7 @@ class Simulation {
         case Op::kBackwardInput:
         case Op::kBackwardWeight: {
           const double duration = ComputeMs(a);
-          if (a.op == Op::kForward) {
-            if (CrossesTo(a.stage, a.stage - 1)) Delta(r, now, -c.input_bytes, MemoryKind::kBuffer);
-            Delta(r, now, c.stash_bytes(), MemoryKind::kActivation, +1);
-          } else if (a.op != Op::kBackwardWeight && c.remat) {
-            Delta(r, now, c.activation_bytes, MemoryKind::kActivation);
-          }
+          Change(r, now, EffectOf(schedule_, a, c).at_start);
           state.computing = true;
           state.compute_start = now;
           result_.ranks[r].busy_ms += duration;
@@ -152,9 +141,6 @@ class Simulation {
           t.wire_end_ms = t.start_ms + (bytes > 0 ? bytes / link.bandwidth_bytes_per_s * 1e3 : 0.0);
           t.arrival_ms = t.wire_end_ms + link.latency_ms;
           link_free_[r][to] = t.wire_end_ms;
-          Delta(r, now, bytes, MemoryKind::kBuffer);
-          Delta(r, t.wire_end_ms, -bytes, MemoryKind::kBuffer);
-          Delta(to, t.arrival_ms, bytes, MemoryKind::kBuffer);
           last_arrival_ms_ = std::max(last_arrival_ms_, t.arrival_ms);
           queue_.Push(t.arrival_ms, {Event::Kind::kArrival, to, Key(gradient, to_stage, a.microbatch)});
           if (options_.record_timeline) result_.transfers.push_back(t);
@@ -165,6 +151,7 @@ class Simulation {
         case Op::kRecvActivation:
         case Op::kRecvGradient: {
           const int64_t key = Key(a.op == Op::kRecvGradient, a.stage, a.microbatch);
+          Change(r, now, EffectOf(schedule_, a, c).at_start);
           if (arrived_[key] < 0) {
             state.waiting_for = key;
             state.wait_start = now;
@@ -185,13 +172,7 @@ class Simulation {
     state.computing = false;
     const Action& a = schedule_.ranks[r][state.next];
     const StageCost& c = costs_.stages[a.stage];
-    const bool releases_stash = a.op == Op::kBackward || a.op == Op::kBackwardWeight;
-    if (a.op == Op::kBackward || a.op == Op::kBackwardInput) {
-      if (CrossesTo(a.stage, a.stage + 1)) Delta(r, now, -c.output_bytes, MemoryKind::kBuffer);
-    }
-    if (releases_stash) {
-      Delta(r, now, -(c.stash_bytes() + (c.remat ? c.activation_bytes : 0.0)), MemoryKind::kActivation, -1);
-    }
+    Change(r, now, EffectOf(schedule_, a, c).at_end);
     const double recompute = (a.op == Op::kBackward || a.op == Op::kBackwardInput) ? c.recompute_ms() : 0.0;
     Record(r, a, state.compute_start, now, recompute);
     result_.ranks[r].end_ms = now;
@@ -207,32 +188,17 @@ class Simulation {
     }
     for (int r = 0; r < schedule_.num_ranks(); ++r) {
       RankResult& rank = result_.ranks[r];
-      auto& deltas = deltas_[r];
-      std::stable_sort(deltas.begin(), deltas.end(), [](const MemoryDelta& a, const MemoryDelta& b) {
-        if (a.time_ms != b.time_ms) return a.time_ms < b.time_ms;
-        return (a.bytes < 0) > (b.bytes < 0);  // frees first
-      });
-      double activations = 0, buffers = 0;
-      int in_flight = 0;
-      rank.peak_memory_bytes = rank.static_bytes;
-      if (options_.record_timeline) rank.memory.push_back({0.0, rank.static_bytes});
-      for (const MemoryDelta& d : deltas) {
-        (d.kind == MemoryKind::kActivation ? activations : buffers) += d.bytes;
-        in_flight += d.in_flight;
-        rank.max_in_flight = std::max(rank.max_in_flight, in_flight);
-        const double total = rank.static_bytes + activations + buffers;
-        if (total > rank.peak_memory_bytes) {
-          rank.peak_memory_bytes = total;
-          rank.peak_activation_bytes = activations;
-          rank.peak_buffer_bytes = buffers;
-        }
-        if (options_.record_timeline) {
-          if (!rank.memory.empty() && rank.memory.back().time_ms == d.time_ms) {
-            rank.memory.back().bytes = total;
-          } else {
-            rank.memory.push_back({d.time_ms, total});
-          }
-        }
+      const MemoryPeak peak = RankMemoryPeak(schedule_, r, costs_.stages);
+      rank.peak_memory_bytes = peak.peak_bytes;
+      rank.peak_activation_bytes = peak.activation_bytes;
+      rank.peak_buffer_bytes = peak.buffer_bytes;
+      rank.max_in_flight = peak.max_in_flight;
+      if (!options_.record_timeline) continue;
+      double total = rank.static_bytes;
+      rank.memory.push_back({0.0, total});
+      for (const MemoryDelta& d : deltas_[r]) {
+        total += d.bytes;
+        rank.memory.push_back({d.time_ms, total});
       }
     }
     result_.step_time_ms = step;

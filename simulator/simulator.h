@@ -5,13 +5,8 @@
 //   - a send returns at once; its link carries messages one after another, each taking
 //     bytes/bandwidth on the wire and arriving latency_ms later, overlapping compute;
 //   - a receive waits until its message has arrived.
-// Memory per rank follows the actions: static bytes (parameters, gradients, optimizer state); at
-// each forward, the stage's stash (its activations, or only its input under remat) until the
-// micro-batch's backward ends (W ends in split schedules); during a remat backward, one
-// micro-batch's recomputed activations; received tensors from arrival until consumed (an
-// activation by its forward's start, a gradient by its backward's end); and outgoing tensors
-// from the end of the action that made them until the link has sent them. At equal times, frees
-// apply before allocations.
+// Memory per rank follows memory_model.h: every change happens at the start or end of one of the
+// rank's actions, so the peak does not depend on timing.
 #pragma once
 
 #include <cstdint>

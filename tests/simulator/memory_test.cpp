@@ -7,6 +7,7 @@
 #include "core/plan.h"
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
+#include "simulator/memory_model.h"
 #include "simulator/simulator.h"
 
 namespace gpipe {
@@ -99,26 +100,46 @@ TEST(Memory, EveryAllocationIsFreedByTheEnd) {
   }
 }
 
-TEST(Memory, ReceiveBuffersWaitForTheirConsumer) {
-  // Rank 0 computes forwards fast; rank 1 is slow, so activations pile up in its receive buffers.
+TEST(Memory, BuffersHoldWhatTheRankWaitsForAndTheGradientDuringBackward) {
+  // Rank 1 is slow, so rank 0 waits at 0RECV_B0 with its gradient buffer posted; the buffer
+  // lives until 0B0 ends. Rank 1 posts its activation buffer at 1RECV_F0 and the input joins
+  // the stash at 1F0.
   CostModel costs = Costs(2, false);
-  costs.stages[0].forward_ms = 0.1;
-  costs.stages[1].forward_ms = 10.0;
-  costs.stages[0].output_bytes = costs.stages[1].input_bytes = 7;
-  const SimResult r = RunSchedule(ScheduleKind::kGpipe, 2, 4, costs);
-  // At rank 1's peak (during the last forward) no received activation is left waiting, but
-  // earlier, while it computed 1F0, up to three more had arrived.
-  const auto& memory = r.ranks[1].memory;
-  double most = 0;
-  for (const MemorySample& sample : memory) most = std::max(most, sample.bytes);
-  EXPECT_EQ(most, r.ranks[1].peak_memory_bytes);
-  bool saw_three_waiting = false;
-  for (const MemorySample& sample : memory) {
-    if (sample.time_ms > 0.25 && sample.time_ms < 10.0) {
-      saw_three_waiting = saw_three_waiting || sample.bytes == kStatic + kActivation + 3 * 7;
+  costs.stages[1].backward_ms = 10.0;
+  costs.stages[0].output_bytes = 7;
+  costs.stages[1].input_bytes = 7;
+  const SimResult r = RunSchedule(ScheduleKind::kGpipe, 2, 2, costs);
+  EXPECT_EQ(r.ranks[0].peak_buffer_bytes, 7);  // the gradient buffer, during 0B0
+  EXPECT_EQ(r.ranks[0].peak_memory_bytes, kStatic + 2 * kActivation + 7);
+  EXPECT_EQ(r.ranks[1].peak_buffer_bytes, 0);  // its received inputs are part of the stash
+  EXPECT_EQ(r.ranks[1].peak_memory_bytes, kStatic + 2 * kActivation);
+}
+
+TEST(Memory, PeakDependsOnTheActionListOnly) {
+  // The simulator's peak equals the timing-free walk over the rank's actions, whatever the times.
+  for (ScheduleKind kind : AllScheduleKinds()) {
+    const int stages = kind == ScheduleKind::kInterleaved1F1B ? 6 : 3;
+    CostModel costs = UniformCostModel(3, stages, 1.0, 2.0, 0.7);
+    for (int s = 0; s < stages; ++s) {
+      costs.stages[s].forward_ms = 0.5 + s;
+      costs.stages[s].remat = s % 2 == 1;
+      costs.stages[s].activation_bytes = 100 + 10 * s;
+      costs.stages[s].input_bytes = 3 + s;
+      costs.stages[s].output_bytes = 4 + s;
+      costs.stages[s].static_bytes = 1000;
+    }
+    Expected<Schedule> compute = GenerateSchedule(kind, 3, stages, 6);
+    const Schedule schedule = AddCommunication(*compute);
+    Expected<SimResult> r = Simulate(schedule, costs);
+    ASSERT_TRUE(r.ok());
+    for (int rank = 0; rank < 3; ++rank) {
+      const MemoryPeak walk = RankMemoryPeak(schedule, rank, costs.stages);
+      EXPECT_EQ(r->ranks[rank].peak_memory_bytes, walk.peak_bytes) << ScheduleName(kind);
+      double drawn = 0;
+      for (const MemorySample& sample : r->ranks[rank].memory) drawn = std::max(drawn, sample.bytes);
+      EXPECT_EQ(drawn, walk.peak_bytes) << ScheduleName(kind) << " rank " << rank;
     }
   }
-  EXPECT_TRUE(saw_three_waiting);
 }
 
 TEST(Memory, StaticBytesFollowTheOptimizer) {
