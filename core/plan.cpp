@@ -26,9 +26,14 @@ constexpr std::array<std::pair<Optimizer, const char*>, 4> kOptimizerNames = {{
     {Optimizer::kAdamMixed, "adam-mixed"},
 }};
 
-const std::set<std::string> kKnownTop = {"format",       "profile",      "cluster",
-                                         "schedule",     "microbatches", "global_batch",
-                                         "replicas",     "optimizer",    "stages"};
+const std::set<std::string> kKnownTop = {"format",       "profile",      "cluster",   "schedule",
+                                         "microbatches", "global_batch", "replicas",  "placement",
+                                         "optimizer",    "stages"};
+
+constexpr std::array<std::pair<Placement, const char*>, 2> kPlacementNames = {{
+    {Placement::kPipelineMajor, "pipeline-major"},
+    {Placement::kReplicaMajor, "replica-major"},
+}};
 
 template <typename Enum, size_t N>
 Expected<Enum> ParseName(const std::array<std::pair<Enum, const char*>, N>& table,
@@ -171,6 +176,15 @@ const std::vector<ScheduleKind>& AllScheduleKinds() {
   return kinds;
 }
 
+const char* PlacementName(Placement placement) {
+  for (const auto& [value, text] : kPlacementNames) {
+    if (value == placement) return text;
+  }
+  return "?";
+}
+
+Expected<Placement> ParsePlacement(const std::string& name) { return ParseName(kPlacementNames, name, "placement"); }
+
 const char* OptimizerName(Optimizer optimizer) {
   for (const auto& [value, text] : kOptimizerNames) {
     if (value == optimizer) return text;
@@ -245,6 +259,13 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
   plan.microbatches = static_cast<int>(r.Integer("microbatches", 1, 1 << 24));
   plan.global_batch = r.Integer("global_batch", 1);
   plan.replicas = static_cast<int>(r.OptionalInteger("replicas", 1, 1 << 20, 1));
+  if (r.Has("placement")) {
+    const std::string name = r.String("placement");
+    if (r.status().ok()) {
+      Expected<Placement> placement = ParsePlacement(name);
+      if (placement.ok()) plan.placement = *placement; else r.Fail("placement", placement.status().message());
+    }
+  }
   plan.optimizer = DefaultOptimizer(plan.profile);
   if (r.Has("optimizer")) {
     const std::string name = r.String("optimizer");
@@ -298,6 +319,7 @@ nlohmann::json PlanToJson(const Plan& plan) {
   json["microbatches"] = plan.microbatches;
   json["global_batch"] = plan.global_batch;
   json["replicas"] = plan.replicas;
+  json["placement"] = PlacementName(plan.placement);
   json["optimizer"] = OptimizerName(plan.optimizer);
   nlohmann::json stages = nlohmann::json::array();
   for (const StagePlan& stage : plan.stages) {

@@ -39,6 +39,14 @@ double StaticBytesPerParamByte(Optimizer optimizer);
 /// adam for fp32 profiles, adam-mixed for 16-bit ones.
 Optimizer DefaultOptimizer(const Profile& profile);
 
+/// Where replica d's rank r runs, for D > 1: pipeline-major puts each pipeline on consecutive
+/// devices (device d*K + r: stage boundaries stay inside a node, all-reduces cross nodes);
+/// replica-major puts the replicas of a rank side by side (device r*D + d: all-reduces stay inside
+/// a node, stage boundaries cross nodes).
+enum class Placement { kPipelineMajor, kReplicaMajor };
+const char* PlacementName(Placement placement);
+Expected<Placement> ParsePlacement(const std::string& name);
+
 struct StagePlan {
   /// The stage holds layers [first_layer, end_layer).
   int first_layer = 0;
@@ -59,6 +67,7 @@ struct Plan {
   int microbatches = 1;
   int64_t global_batch = 1;
   int replicas = 1;
+  Placement placement = Placement::kPipelineMajor;
   Optimizer optimizer = Optimizer::kAdam;
   std::vector<StagePlan> stages;
   /// Fields this build does not interpret (e.g. a planner's "prediction"), kept on rewrite.
@@ -71,6 +80,10 @@ struct Plan {
   int64_t microbatch_size() const { return global_batch / (int64_t{replicas} * microbatches); }
   /// The rank of every stage, indexed by stage.
   std::vector<int> StageRanks() const;
+  /// The cluster device that runs rank `rank` of replica `replica`.
+  int DeviceOf(int replica, int rank) const {
+    return placement == Placement::kPipelineMajor ? replica * num_ranks() + rank : rank * replicas + replica;
+  }
 };
 
 /// Validates a parsed plan. Paths to a profile or cluster are resolved against `base_dir`.

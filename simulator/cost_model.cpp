@@ -1,5 +1,6 @@
 #include "simulator/cost_model.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 
@@ -48,9 +49,38 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   const int ranks = plan.num_ranks();
   model.links.assign(ranks, std::vector<Link>(ranks));
   for (int from = 0; from < ranks; ++from) {
-    for (int to = 0; to < ranks; ++to) model.links[from][to] = plan.cluster.LinkBetween(from, to);
+    for (int to = 0; to < ranks; ++to) {
+      model.links[from][to] = plan.cluster.LinkBetween(plan.DeviceOf(0, from), plan.DeviceOf(0, to));
+    }
+  }
+  if (plan.replicas > 1) {
+    model.allreduce_ms.assign(ranks, 0.0);
+    for (int r = 0; r < ranks; ++r) {
+      double gradient_bytes = 0;
+      for (const StagePlan& stage : plan.stages) {
+        if (stage.rank != r) continue;
+        for (int l = stage.first_layer; l < stage.end_layer; ++l) gradient_bytes += static_cast<double>(profile.layers[l].param_bytes);
+      }
+      std::vector<int> devices;
+      for (int d = 0; d < plan.replicas; ++d) devices.push_back(plan.DeviceOf(d, r));
+      model.allreduce_ms[r] = RingAllReduceMs(plan.cluster, devices, gradient_bytes);
+    }
   }
   return model;
+}
+
+double RingAllReduceMs(const Cluster& cluster, const std::vector<int>& devices, double bytes) {
+  const size_t n = devices.size();
+  if (n < 2) return 0.0;
+  double bandwidth = std::numeric_limits<double>::infinity();
+  double latency = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const Link& link = cluster.LinkBetween(devices[i], devices[(i + 1) % n]);
+    bandwidth = std::min(bandwidth, link.bandwidth_bytes_per_s);
+    latency = std::max(latency, link.latency_ms);
+  }
+  const double steps = 2.0 * static_cast<double>(n - 1);
+  return steps * (latency + bytes / static_cast<double>(n) / bandwidth * 1e3);
 }
 
 CostModel UniformCostModel(int ranks, int stages, double forward_ms, double backward_ms,

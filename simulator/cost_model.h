@@ -43,6 +43,9 @@ struct CostModel {
   std::vector<StageCost> stages;
   /// links[from][to] between pipeline ranks.
   std::vector<std::vector<Link>> links;
+  /// Ring all-reduce of each rank's gradients across the replicas, after its last action (empty
+  /// without replicas).
+  std::vector<double> allreduce_ms;
   /// Samples per micro-batch and in the whole step (for throughput).
   int64_t microbatch_size = 1;
   int64_t global_batch = 1;
@@ -55,6 +58,10 @@ struct CostModel {
 /// REQUIRES: ValidatePlan(plan) is ok. Fails when the schedule needs what the profile lacks
 /// (zb-h1 needs every layer's backward_weight_ms).
 Expected<CostModel> BuildCostModel(const Plan& plan);
+
+/// A ring all-reduce of `bytes` over `devices` (in ring order): 2(D-1) steps, each moving
+/// bytes/D over the ring's slowest link and paying its largest latency.
+double RingAllReduceMs(const Cluster& cluster, const std::vector<int>& devices, double bytes);
 
 /// Equal stages over free links: every stage costs forward_ms and backward_ms, with
 /// backward_weight_ms of the backward being the weight gradient; nothing else costs anything.

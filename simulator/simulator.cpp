@@ -182,8 +182,9 @@ class Simulation {
   void Summarize() {
     double step = last_arrival_ms_;
     double busy = 0;
-    for (const RankResult& rank : result_.ranks) {
-      step = std::max(step, rank.end_ms);
+    for (size_t r = 0; r < result_.ranks.size(); ++r) {
+      const RankResult& rank = result_.ranks[r];
+      step = std::max(step, rank.end_ms + (costs_.allreduce_ms.empty() ? 0.0 : costs_.allreduce_ms[r]));
       busy += rank.busy_ms;
     }
     for (int r = 0; r < schedule_.num_ranks(); ++r) {

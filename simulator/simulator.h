@@ -5,6 +5,8 @@
 //   - a send returns at once; its link carries messages one after another, each taking
 //     bytes/bandwidth on the wire and arriving latency_ms later, overlapping compute;
 //   - a receive waits until its message has arrived.
+// With data-parallel replicas, each rank then all-reduces its gradients (CostModel::allreduce_ms),
+// and the step ends when the last all-reduce does.
 // Memory per rank follows memory_model.h: every change happens at the start or end of one of the
 // rank's actions, so the peak does not depend on timing.
 #pragma once

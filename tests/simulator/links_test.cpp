@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "core/cluster.h"
+#include "core/plan.h"
+#include "simulator/cost_model.h"
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
 #include "simulator/simulator.h"
@@ -72,6 +74,49 @@ TEST(Links, ClusterPicksIntraOrInterNodeLinks) {
   EXPECT_EQ(cluster.LinkBetween(15, 0).latency_ms, 0.02);
   EXPECT_EQ(cluster.LinkBetween(3, 4).latency_ms, 1.0);
   EXPECT_EQ(cluster.LinkBetween(4, 3).latency_ms, 0.01);  // overrides are directed
+}
+
+}  // namespace
+}  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(Links, RingAllReduceUsesTheSlowestHop) {
+  Cluster cluster;
+  cluster.devices = 16;
+  cluster.devices_per_node = 8;
+  cluster.link = Link{100e9, 0.01};
+  cluster.inter_node_link = Link{10e9, 0.1};
+  // Two devices in one node: 2(D-1) = 2 steps of bytes/2 each.
+  EXPECT_NEAR(RingAllReduceMs(cluster, {0, 1}, 1e9), 2 * (0.01 + 0.5e9 / 100e9 * 1e3), 1e-12);
+  // Across nodes the ring runs at the inter-node link's pace.
+  EXPECT_NEAR(RingAllReduceMs(cluster, {0, 8}, 1e9), 2 * (0.1 + 0.5e9 / 10e9 * 1e3), 1e-12);
+  EXPECT_EQ(RingAllReduceMs(cluster, {3}, 1e9), 0.0);
+}
+
+TEST(Links, PlacementDecidesWhichTrafficCrossesNodes) {
+  Plan plan;
+  plan.profile.layers = {LayerProfile{"a", 1, 2, std::nullopt, 1000000, 10, 4000000},
+                         LayerProfile{"b", 1, 2, std::nullopt, 1000000, 10, 4}};
+  plan.cluster.devices = 4;
+  plan.cluster.device_memory_bytes = 1LL << 40;
+  plan.cluster.devices_per_node = 2;
+  plan.cluster.link = Link{100e9, 0.01};
+  plan.cluster.inter_node_link = Link{1e9, 0.5};
+  plan.stages = {StagePlan{0, 1, 0, false}, StagePlan{1, 2, 1, false}};
+  plan.replicas = 2;
+  plan.global_batch = 2;
+  plan.placement = Placement::kPipelineMajor;  // devices: replica 0 = {0, 1}, replica 1 = {2, 3}
+  Expected<CostModel> pipeline_major = BuildCostModel(plan);
+  ASSERT_TRUE(pipeline_major.ok());
+  EXPECT_EQ(pipeline_major->links[0][1].latency_ms, 0.01);
+  EXPECT_NEAR(pipeline_major->allreduce_ms[0], 2 * (0.5 + 0.5e6 / 1e9 * 1e3), 1e-12);
+  plan.placement = Placement::kReplicaMajor;  // rank 0 on {0, 1}, rank 1 on {2, 3}
+  Expected<CostModel> replica_major = BuildCostModel(plan);
+  ASSERT_TRUE(replica_major.ok());
+  EXPECT_EQ(replica_major->links[0][1].latency_ms, 0.5);
+  EXPECT_NEAR(replica_major->allreduce_ms[0], 2 * (0.01 + 0.5e6 / 100e9 * 1e3), 1e-12);
 }
 
 }  // namespace
