@@ -1,5 +1,7 @@
 #include "simulator/cost_model.h"
 
+#include "simulator/layer_table.h"
+
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -12,39 +14,18 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   model.microbatch_size = plan.microbatch_size();
   model.global_batch = plan.global_batch;
   model.scale = static_cast<double>(model.microbatch_size) / static_cast<double>(profile.microbatch_size);
-  const double optimizer_factor = StaticBytesPerParamByte(plan.optimizer);
   const bool split = plan.schedule == ScheduleKind::kZbH1;
+  const LayerTable table(profile, model.scale, plan.optimizer);
   for (const StagePlan& stage : plan.stages) {
-    StageCost cost;
-    cost.remat = stage.remat;
-    double params = 0;
-    for (int l = stage.first_layer; l < stage.end_layer; ++l) {
-      const LayerProfile& layer = profile.layers[l];
-      if (split && !layer.backward_weight_ms) {
-        return Status::Invalid("profile layers[" + std::to_string(l) + "] (\"" + layer.name +
+    for (int l = stage.first_layer; l < stage.end_layer && split; ++l) {
+      if (!profile.layers[l].backward_weight_ms) {
+        return Status::Invalid("profile layers[" + std::to_string(l) + "] (\"" + profile.layers[l].name +
                                "\") has no backward_weight_ms; the zb-h1 schedule splits each backward "
                                "into input and weight gradients and needs that time (the profiler "
                                "measures it; or choose --schedule 1f1b)");
       }
-      const double weight_ms = layer.backward_weight_ms.value_or(0.0);
-      cost.forward_ms += layer.forward_ms;
-      cost.backward_ms += layer.backward_ms;
-      cost.backward_weight_ms += weight_ms;
-      cost.backward_input_ms += layer.backward_ms - weight_ms;
-      cost.activation_bytes += static_cast<double>(layer.activation_bytes);
-      params += static_cast<double>(layer.param_bytes);
     }
-    const double input = stage.first_layer == 0 ? static_cast<double>(profile.input_bytes)
-                                                : static_cast<double>(profile.layers[stage.first_layer - 1].output_bytes);
-    cost.forward_ms *= model.scale;
-    cost.backward_ms *= model.scale;
-    cost.backward_input_ms *= model.scale;
-    cost.backward_weight_ms *= model.scale;
-    cost.activation_bytes *= model.scale;
-    cost.input_bytes = input * model.scale;
-    cost.output_bytes = static_cast<double>(profile.layers[stage.end_layer - 1].output_bytes) * model.scale;
-    cost.static_bytes = params * optimizer_factor;
-    model.stages.push_back(cost);
+    model.stages.push_back(table.Stage(stage.first_layer, stage.end_layer, stage.remat));
   }
   const int ranks = plan.num_ranks();
   model.links.assign(ranks, std::vector<Link>(ranks));

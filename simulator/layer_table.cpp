@@ -1,0 +1,75 @@
+#include "simulator/layer_table.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace gpipe {
+
+LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer)
+    : profile_(&profile), scale_(scale), factor_(StaticBytesPerParamByte(optimizer)) {
+  const int layers = profile.num_layers();
+  f_.assign(layers + 1, 0.0);
+  b_ = w_ = act_ = param_ = f_;
+  for (int l = 0; l < layers; ++l) {
+    const LayerProfile& layer = profile.layers[l];
+    f_[l + 1] = f_[l] + layer.forward_ms;
+    b_[l + 1] = b_[l] + layer.backward_ms;
+    w_[l + 1] = w_[l] + layer.backward_weight_ms.value_or(0.0);
+    act_[l + 1] = act_[l] + static_cast<double>(layer.activation_bytes);
+    param_[l + 1] = param_[l] + static_cast<double>(layer.param_bytes);
+  }
+}
+
+double LayerTable::OutputBytes(int layer) const {
+  return static_cast<double>(profile_->layers[layer].output_bytes) * scale_;
+}
+
+double LayerTable::InputBytes(int first) const {
+  return (first == 0 ? static_cast<double>(profile_->input_bytes)
+                     : static_cast<double>(profile_->layers[first - 1].output_bytes)) *
+         scale_;
+}
+
+double LayerTable::MinOutputBytes(int first, int end) const {
+  double least = std::numeric_limits<double>::infinity();
+  for (int l = first; l < end; ++l) least = std::min(least, OutputBytes(l));
+  return least;
+}
+
+LayerTable::StageBuilder::StageBuilder(const LayerTable& table, int first)
+    : table_(&table), first_(first), end_(first) {}
+
+void LayerTable::StageBuilder::Extend() {
+  const LayerProfile& layer = table_->profile_->layers[end_];
+  const double weight = layer.backward_weight_ms.value_or(0.0);
+  forward_ += layer.forward_ms;
+  backward_ += layer.backward_ms;
+  weight_ += weight;
+  input_gradient_ += layer.backward_ms - weight;
+  activation_ += static_cast<double>(layer.activation_bytes);
+  params_ += static_cast<double>(layer.param_bytes);
+  ++end_;
+}
+
+StageCost LayerTable::StageBuilder::Cost(bool remat) const {
+  const double scale = table_->scale_;
+  StageCost c;
+  c.remat = remat;
+  c.forward_ms = forward_ * scale;
+  c.backward_ms = backward_ * scale;
+  c.backward_weight_ms = weight_ * scale;
+  c.backward_input_ms = input_gradient_ * scale;
+  c.activation_bytes = activation_ * scale;
+  c.input_bytes = table_->InputBytes(first_);
+  c.output_bytes = table_->OutputBytes(end_ - 1);
+  c.static_bytes = params_ * table_->factor_;
+  return c;
+}
+
+StageCost LayerTable::Stage(int first, int end, bool remat) const {
+  StageBuilder builder(*this, first);
+  while (builder.end() < end) builder.Extend();
+  return builder.Cost(remat);
+}
+
+}  // namespace gpipe

@@ -1,0 +1,65 @@
+// A profile's layers prepared for costing stages, by BuildCostModel and by the planner. Two ways
+// to cost a contiguous stage [first, end):
+//  - StageBuilder sums the layers in order and scales at the end, exactly as BuildCostModel does
+//    (BuildCostModel uses it), so a stage costs the planner the same to the last bit as it costs
+//    the simulator; it grows one layer at a time in O(1);
+//  - prefix sums give O(1) estimates for bounds (equal up to rounding).
+#pragma once
+
+#include <vector>
+
+#include "core/plan.h"
+#include "simulator/cost_model.h"
+
+namespace gpipe {
+
+class LayerTable {
+ public:
+  /// `scale`: plan micro-batch size / profile micro-batch size.
+  LayerTable(const Profile& profile, double scale, Optimizer optimizer);
+
+  int num_layers() const { return static_cast<int>(profile_->layers.size()); }
+  double scale() const { return scale_; }
+
+  /// The exact cost of layers [first, end) as one stage. REQUIRES: 0 <= first < end <= L.
+  StageCost Stage(int first, int end, bool remat) const;
+
+  /// Accumulates a stage layer by layer: Stage(first, end) == builder after Extend()ing end-first times.
+  class StageBuilder {
+   public:
+    StageBuilder(const LayerTable& table, int first);
+    /// Adds the next layer. REQUIRES: end() < L.
+    void Extend();
+    int first() const { return first_; }
+    int end() const { return end_; }
+    StageCost Cost(bool remat) const;
+
+   private:
+    const LayerTable* table_;
+    int first_;
+    int end_;
+    double forward_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
+  };
+
+  // Prefix-sum estimates, for bounds.
+  double ForwardMs(int first, int end) const { return scale_ * (f_[end] - f_[first]); }
+  double BackwardMs(int first, int end) const { return scale_ * (b_[end] - b_[first]); }
+  double WeightMs(int first, int end) const { return scale_ * (w_[end] - w_[first]); }
+  double ActivationBytes(int first, int end) const { return scale_ * (act_[end] - act_[first]); }
+  double ParamBytes(int first, int end) const { return param_[end] - param_[first]; }
+  double StaticBytes(int first, int end) const { return factor_ * (param_[end] - param_[first]); }
+  /// Bytes of the tensor leaving layer `layer`, scaled.
+  double OutputBytes(int layer) const;
+  /// The input of a stage that starts at `first`, scaled.
+  double InputBytes(int first) const;
+  /// The smallest OutputBytes over layers [first, end).
+  double MinOutputBytes(int first, int end) const;
+
+ private:
+  const Profile* profile_;
+  double scale_;
+  double factor_;
+  std::vector<double> f_, b_, w_, act_, param_;
+};
+
+}  // namespace gpipe
