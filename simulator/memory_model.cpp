@@ -4,34 +4,36 @@
 
 namespace gpipe {
 
-MemoryEffect EffectOf(const Action& a, const StageCost& c, bool received_input, bool received_gradient) {
-  MemoryEffect e;
-  const double recompute = c.remat ? c.activation_bytes : 0.0;
-  const double grad_buffer = received_gradient ? c.output_bytes : 0.0;
+SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input, bool received_gradient) {
+  SymbolicEffect e;
+  const int recompute = remat ? 1 : 0;
+  const int gradient_buffer = received_gradient ? 1 : 0;
   switch (a.op) {
     case Op::kRecvActivation:
-      e.at_start.buffer_bytes = c.input_bytes;
+      e.at_start.input_buffers = 1;
       break;
     case Op::kForward:
-      e.at_start.activation_bytes = c.stash_bytes();
-      e.at_start.buffer_bytes = received_input ? -c.input_bytes : 0.0;
+      e.at_start.stash = 1;
+      e.at_start.input_buffers = received_input ? -1 : 0;
       e.at_start.in_flight = 1;
       break;
     case Op::kRecvGradient:
-      e.at_start.buffer_bytes = c.output_bytes;
+      e.at_start.gradient_buffers = 1;
       break;
     case Op::kBackward:
-      e.at_start.activation_bytes = recompute;
-      e.at_end.activation_bytes = -(c.stash_bytes() + recompute);
-      e.at_end.buffer_bytes = -grad_buffer;
+      e.at_start.recompute = recompute;
+      e.at_end.stash = -1;
+      e.at_end.recompute = -recompute;
+      e.at_end.gradient_buffers = -gradient_buffer;
       e.at_end.in_flight = -1;
       break;
     case Op::kBackwardInput:
-      e.at_start.activation_bytes = recompute;
-      e.at_end.buffer_bytes = -grad_buffer;
+      e.at_start.recompute = recompute;
+      e.at_end.gradient_buffers = -gradient_buffer;
       break;
     case Op::kBackwardWeight:
-      e.at_end.activation_bytes = -(c.stash_bytes() + recompute);
+      e.at_end.stash = -1;
+      e.at_end.recompute = -recompute;
       e.at_end.in_flight = -1;
       break;
     case Op::kSendActivation:
@@ -41,11 +43,32 @@ MemoryEffect EffectOf(const Action& a, const StageCost& c, bool received_input, 
   return e;
 }
 
+namespace {
+
+MemoryChange Bytes(const MemoryCounts& n, const StageCost& c) {
+  MemoryChange change;
+  change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.activation_bytes;
+  change.buffer_bytes = n.gradient_buffers * c.output_bytes + n.input_buffers * c.input_bytes;
+  change.in_flight = n.in_flight;
+  return change;
+}
+
+bool ReceivesInput(const Schedule& schedule, int s) {
+  return s > 0 && schedule.stage_rank[s - 1] != schedule.stage_rank[s];
+}
+bool ReceivesGradient(const Schedule& schedule, int s) {
+  return s + 1 < schedule.num_stages() && schedule.stage_rank[s + 1] != schedule.stage_rank[s];
+}
+
+}  // namespace
+
+MemoryEffect EffectOf(const Action& a, const StageCost& c, bool received_input, bool received_gradient) {
+  const SymbolicEffect symbolic = SymbolicEffectOf(a, c.remat, received_input, received_gradient);
+  return {Bytes(symbolic.at_start, c), Bytes(symbolic.at_end, c)};
+}
+
 MemoryEffect EffectOf(const Schedule& schedule, const Action& a, const StageCost& c) {
-  const int s = a.stage;
-  const bool received_input = s > 0 && schedule.stage_rank[s - 1] != schedule.stage_rank[s];
-  const bool received_gradient = s + 1 < schedule.num_stages() && schedule.stage_rank[s + 1] != schedule.stage_rank[s];
-  return EffectOf(a, c, received_input, received_gradient);
+  return EffectOf(a, c, ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
 }
 
 double StaticBytesOfRank(const Schedule& schedule, int rank, const std::vector<StageCost>& stages) {
@@ -80,6 +103,70 @@ MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<
     apply(effect.at_end);
   }
   return peak;
+}
+
+}  // namespace gpipe
+
+namespace gpipe {
+
+MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::vector<bool>& remat) {
+  std::vector<int> slot(schedule.num_stages(), -1);
+  for (int s = 0; s < schedule.num_stages(); ++s) {
+    if (schedule.stage_rank[s] != rank) continue;
+    slot[s] = static_cast<int>(stages_.size());
+    stages_.push_back(s);
+  }
+  width_ = 4 * stages_.size();
+  std::vector<int> counts(width_, 0);
+  std::vector<int> seen;  // every distinct count vector met, flattened
+  int in_flight = 0;
+  const auto apply = [&](const MemoryCounts& n, int at) {
+    counts[at + 0] += n.stash;
+    counts[at + 1] += n.recompute;
+    counts[at + 2] += n.gradient_buffers;
+    counts[at + 3] += n.input_buffers;
+    in_flight += n.in_flight;
+    max_in_flight_ = std::max(max_in_flight_, in_flight);
+    seen.insert(seen.end(), counts.begin(), counts.end());
+  };
+  for (const Action& a : schedule.ranks[rank]) {
+    const int i = slot[a.stage];
+    const SymbolicEffect e = SymbolicEffectOf(a, remat[i], ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
+    apply(e.at_start, 4 * i);
+    apply(e.at_end, 4 * i);
+  }
+  // Keep the vectors no other vector dominates (after removing exact repeats).
+  const size_t n = seen.size() / width_;
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  const auto at = [&](size_t i) { return seen.begin() + static_cast<std::ptrdiff_t>(i * width_); };
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return std::lexicographical_compare(at(y), at(y) + static_cast<std::ptrdiff_t>(width_), at(x), at(x) + static_cast<std::ptrdiff_t>(width_));
+  });
+  order.erase(std::unique(order.begin(), order.end(), [&](size_t x, size_t y) { return std::equal(at(x), at(x) + static_cast<std::ptrdiff_t>(width_), at(y)); }), order.end());
+  for (size_t i : order) {
+    bool dominated = false;
+    for (size_t k = 0; k < vectors_.size() && !dominated; k += width_) {
+      bool all_ge = true;
+      for (size_t d = 0; d < width_ && all_ge; ++d) all_ge = vectors_[k + d] >= at(i)[static_cast<std::ptrdiff_t>(d)];
+      dominated = all_ge;
+    }
+    if (!dominated) vectors_.insert(vectors_.end(), at(i), at(i) + static_cast<std::ptrdiff_t>(width_));
+  }
+}
+
+double MemoryFrontier::PeakDynamicBytes(const std::vector<const StageCost*>& costs) const {
+  double best = 0;
+  for (size_t k = 0; k < vectors_.size(); k += width_) {
+    double bytes = 0;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      const StageCost& c = *costs[i];
+      const int* n = &vectors_[k + 4 * i];
+      bytes += n[0] * c.stash_bytes() + n[1] * c.activation_bytes + n[2] * c.output_bytes + n[3] * c.input_bytes;
+    }
+    best = std::max(best, bytes);
+  }
+  return best;
 }
 
 }  // namespace gpipe

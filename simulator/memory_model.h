@@ -20,6 +20,25 @@
 
 namespace gpipe {
 
+/// What an action does to a rank's memory in units of its stage's quantities: stashes
+/// (stash_bytes each), recomputed activations (activation_bytes each), gradient buffers
+/// (output_bytes each) and input buffers (input_bytes each). The byte effect is the dot product;
+/// the planner keeps the counts to price many stages without walking the list again.
+struct MemoryCounts {
+  int stash = 0;
+  int recompute = 0;
+  int gradient_buffers = 0;
+  int input_buffers = 0;
+  int in_flight = 0;
+};
+
+struct SymbolicEffect {
+  MemoryCounts at_start;
+  MemoryCounts at_end;
+};
+
+SymbolicEffect SymbolicEffectOf(const Action& action, bool remat, bool received_input, bool received_gradient);
+
 struct MemoryChange {
   double activation_bytes = 0;
   double buffer_bytes = 0;
@@ -51,6 +70,29 @@ struct MemoryPeak {
 
 /// The peak over rank `rank`'s actions: apply each action's start change, then its end change.
 MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages);
+
+/// A rank's peak as a function of its stages' bytes: the walk of RankMemoryPeak done once with
+/// counts instead of bytes, keeping the count vectors that can be the largest (none is below
+/// another in every count). Peak = static + max over the kept vectors of the dot product.
+class MemoryFrontier {
+ public:
+  /// For rank `rank` of `schedule`, with remat[i] for the i-th stage on the rank (in stage order).
+  MemoryFrontier(const Schedule& schedule, int rank, const std::vector<bool>& remat);
+
+  /// The stages on the rank, in stage order.
+  const std::vector<int>& stages() const { return stages_; }
+  int max_in_flight() const { return max_in_flight_; }
+  /// Activations and buffers at the peak, for `costs[i]` the i-th stage on the rank (static
+  /// bytes excluded).
+  double PeakDynamicBytes(const std::vector<const StageCost*>& costs) const;
+  size_t size() const { return vectors_.size() / width_; }
+
+ private:
+  std::vector<int> stages_;
+  size_t width_ = 0;             // 4 counts per stage on the rank
+  std::vector<int> vectors_;     // size() vectors of width_ counts
+  int max_in_flight_ = 0;
+};
 
 /// Parameters, gradients and optimizer state of the stages on `rank`.
 double StaticBytesOfRank(const Schedule& schedule, int rank, const std::vector<StageCost>& stages);

@@ -162,3 +162,45 @@ TEST(Memory, StaticBytesFollowTheOptimizer) {
 
 }  // namespace
 }  // namespace gpipe
+
+namespace gpipe {
+namespace {
+
+TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
+  for (ScheduleKind kind : AllScheduleKinds()) {
+    for (int ranks : {1, 2, 4}) {
+      const int chunks = kind == ScheduleKind::kInterleaved1F1B ? 2 : 1;
+      for (int microbatches : {4, 8}) {
+        const int stages = ranks * chunks;
+        Expected<Schedule> compute = GenerateSchedule(kind, ranks, stages, microbatches);
+        const Schedule schedule = AddCommunication(*compute);
+        std::vector<StageCost> costs(stages);
+        for (int s = 0; s < stages; ++s) {
+          costs[s].remat = (s + microbatches) % 3 == 0;
+          costs[s].activation_bytes = 1000 + 37 * s;
+          costs[s].input_bytes = 11 + s;
+          costs[s].output_bytes = 13 + 2 * s;
+          costs[s].static_bytes = 500;
+        }
+        for (int r = 0; r < ranks; ++r) {
+          const MemoryPeak walk = RankMemoryPeak(schedule, r, costs);
+          std::vector<bool> remat;
+          std::vector<const StageCost*> mine;
+          for (int s = 0; s < stages; ++s) {
+            if (schedule.stage_rank[s] != r) continue;
+            remat.push_back(costs[s].remat);
+            mine.push_back(&costs[s]);
+          }
+          const MemoryFrontier frontier(schedule, r, remat);
+          EXPECT_DOUBLE_EQ(walk.static_bytes + frontier.PeakDynamicBytes(mine), walk.peak_bytes)
+              << ScheduleName(kind) << " K=" << ranks << " M=" << microbatches << " r=" << r;
+          EXPECT_EQ(frontier.max_in_flight(), walk.max_in_flight);
+          EXPECT_LE(frontier.size(), 32u);  // a handful of candidates, not one per action
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gpipe
