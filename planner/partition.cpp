@@ -1,0 +1,420 @@
+#include "planner/partition.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <vector>
+
+#include "core/schedule/generators.h"
+#include "core/schedule/lower.h"
+#include "core/suggest.h"
+#include "simulator/cost_model.h"
+#include "simulator/layer_table.h"
+#include "simulator/memory_model.h"
+#include "simulator/step_evaluator.h"
+
+namespace gpipe {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// Nodes whose bound comes within this fraction of the best step are pruned: they could at most
+// tie it (bounds use prefix sums, which round differently from the exact stage sums).
+constexpr double kTieFraction = 1e-12;
+
+constexpr std::array<std::pair<RematPolicy, const char*>, 3> kRematNames = {{
+    {RematPolicy::kOff, "off"}, {RematPolicy::kOn, "on"}, {RematPolicy::kAuto, "auto"}}};
+
+class Search {
+ public:
+  Search(const PartitionProblem& problem, Schedule schedule)
+      : p_(problem),
+        table_(*problem.profile, static_cast<double>(problem.global_batch) /
+                                     (static_cast<double>(problem.replicas) * problem.microbatches) /
+                                     static_cast<double>(problem.profile->microbatch_size),
+               problem.optimizer),
+        skeleton_(PlanSkeleton(problem)),
+        evaluator_(schedule),
+        layers_(table_.num_layers()),
+        stages_(problem.ranks * problem.chunks),
+        split_(problem.schedule == ScheduleKind::kZbH1) {
+    const Schedule& s = evaluator_.schedule();
+    const int ranks = p_.ranks;
+    // Memory frontiers for every remat choice of every rank.
+    frontiers_.resize(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      for (int mask = 0; mask < (1 << p_.chunks); ++mask) {
+        std::vector<bool> remat(p_.chunks);
+        for (int c = 0; c < p_.chunks; ++c) remat[c] = (mask >> c) & 1;
+        frontiers_[r].push_back(std::make_unique<MemoryFrontier>(s, r, remat));
+      }
+    }
+    // Forwards before the first backward, per rank (one stage per rank).
+    forwards_first_.assign(ranks, 0);
+    for (int r = 0; r < ranks; ++r) {
+      for (const Action& a : s.ranks[r]) {
+        if (a.op == Op::kForward) ++forwards_first_[r];
+        if (a.op == Op::kBackward || a.op == Op::kBackwardInput) break;
+      }
+    }
+    links_.assign(ranks, std::vector<Link>(ranks));
+    for (int from = 0; from < ranks; ++from) {
+      for (int to = 0; to < ranks; ++to) {
+        links_[from][to] = p_.cluster->LinkBetween(skeleton_.DeviceOf(0, from), skeleton_.DeviceOf(0, to));
+      }
+    }
+    ring_devices_.resize(ranks);
+    for (int r = 0; r < ranks; ++r) {
+      for (int d = 0; d < p_.replicas; ++d) ring_devices_[r].push_back(skeleton_.DeviceOf(d, r));
+    }
+    min_output_from_.assign(layers_ + 1, kInfinity);
+    for (int l = layers_ - 2; l >= 0; --l) min_output_from_[l] = std::min(min_output_from_[l + 1], table_.OutputBytes(l));
+    total_forward_ = table_.ForwardMs(0, layers_);
+    total_backward_ = table_.BackwardMs(0, layers_);
+    ends_.assign(stages_, 0);
+    remat_.assign(stages_, false);
+  }
+
+  PartitionResult Run() {
+    if (p_.chunks == 1) {
+      SeedIncumbent();
+      Dfs(0, 0, 0.0, 0.0, 0.0);
+    } else {
+      InterleavedDfs(0, 0);
+    }
+    result_.proven_optimal = result_.nodes < p_.max_nodes;
+    return std::move(result_);
+  }
+
+ private:
+  // ---- Shared pieces ----------------------------------------------------------------------
+
+  double Limit() const { return p_.memory_limit_bytes; }
+  double Cutoff() const { return best_ * (1.0 - kTieFraction); }
+  double AllReduceMs(int rank, double param_bytes) const {
+    return p_.replicas > 1 ? RingAllReduceMs(*p_.cluster, ring_devices_[rank], param_bytes) : 0.0;
+  }
+  double Peak(int rank, int mask, const std::vector<const StageCost*>& costs) const {
+    return frontiers_[rank][mask]->PeakDynamicBytes(costs);
+  }
+
+  // Simulates a complete partition and keeps it when it is the best so far.
+  void Leaf() {
+    ++result_.leaves;
+    Plan plan = skeleton_;
+    int first = 0;
+    for (int s = 0; s < stages_; ++s) {
+      plan.stages.push_back({first, ends_[s], s % p_.ranks, static_cast<bool>(remat_[s])});
+      first = ends_[s];
+    }
+    Expected<CostModel> costs = BuildCostModel(plan);
+    if (!costs.ok()) return;
+    for (int r = 0; r < p_.ranks; ++r) {
+      if (RankMemoryPeak(evaluator_.schedule(), r, costs->stages).peak_bytes > Limit()) return;
+    }
+    const double step = evaluator_.StepTimeMs(*costs);
+    if (step < best_) {
+      best_ = step;
+      result_.step_time_ms = step;
+      result_.plan = std::move(plan);
+    }
+  }
+
+  // ---- One stage per rank (gpipe, 1f1b, zb-h1) --------------------------------------------
+
+  // The cheapest remat choice that fits rank q, or nullopt.
+  std::optional<StageCost> Fit(int q, const LayerTable::StageBuilder& builder) const {
+    for (bool remat : {false, true}) {
+      if (remat ? p_.remat == RematPolicy::kOff : p_.remat == RematPolicy::kOn) continue;
+      StageCost c = builder.Cost(remat);
+      if (c.static_bytes + Peak(q, remat ? 1 : 0, {&c}) <= Limit()) return c;
+    }
+    return std::nullopt;
+  }
+
+  // Lower bounds on the step given stage q's cost and what precedes it.
+  double StageBound(int q, const StageCost& c, double head, double tail, double param_bytes) const {
+    const double recompute = c.recompute_ms();
+    const double m = p_.microbatches;
+    if (split_) {
+      const double work = c.forward_ms + recompute + c.backward_ms;
+      return std::max({head + m * work + AllReduceMs(q, param_bytes),
+                       head + m * (c.forward_ms + recompute + c.backward_input_ms) + tail});
+    }
+    const double backward = c.backward_ms + recompute;
+    const double work = c.forward_ms + backward;
+    const double round_trip = total_forward_ + (total_backward_ - c.backward_ms) + m * backward +
+                              (m - forwards_first_[q]) * c.forward_ms;
+    return std::max({head + m * work + tail, head + m * work + AllReduceMs(q, param_bytes), round_trip});
+  }
+
+  // The relaxed bound for rank q holding [a, e): prefix sums, no buffers, remat's stash free.
+  double RelaxedBound(int q, int a, int e, double head, double tail) const {
+    const double forward = table_.ForwardMs(a, e);
+    const double backward = table_.BackwardMs(a, e);
+    const double activation = table_.ActivationBytes(a, e);
+    const double static_bytes = table_.StaticBytes(a, e);
+    const double stashed = static_bytes + frontiers_[q][0]->max_in_flight() * activation;
+    bool remat = p_.remat == RematPolicy::kOn;
+    if (!remat && stashed > Limit()) {
+      if (p_.remat == RematPolicy::kOff) return kInfinity;
+      remat = true;
+    }
+    if (remat && static_bytes + activation > Limit()) return kInfinity;
+    StageCost c;
+    c.forward_ms = forward;
+    c.backward_ms = backward;
+    c.backward_weight_ms = table_.WeightMs(a, e);
+    c.backward_input_ms = backward - c.backward_weight_ms;
+    c.remat = remat;
+    return StageBound(q, c, head, tail, table_.ParamBytes(a, e));
+  }
+
+  // Can ranks q.. cover layers [a, L) with every relaxed bound below `cutoff`? Greedy: each
+  // rank takes as many layers as it can (exact for this relaxation: a bound never rises when a
+  // stage starts later or ends earlier). Fills `ends` with the greedy's boundaries.
+  bool RemainderFits(int q, int a, double head, double tail, double cutoff, std::vector<int>* ends) const {
+    const int first = a;  // every boundary still to place lies in [first, L - 1)
+    for (; q < p_.ranks; ++q) {
+      const int last_end = layers_ - (p_.ranks - 1 - q);
+      if (a >= last_end) return false;
+      int lo = a + 1, hi = last_end, best = -1;
+      if (q == p_.ranks - 1) lo = hi;
+      while (lo <= hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (RelaxedBound(q, a, mid, head, tail) < cutoff) {
+          best = mid;
+          lo = mid + 1;
+        } else {
+          hi = mid - 1;
+        }
+      }
+      if (best < 0) return false;
+      if (ends != nullptr) (*ends)[q] = best;
+      if (q + 1 < p_.ranks) {
+        const double message = min_output_from_[first];
+        head += table_.ForwardMs(a, best) + links_[q][q + 1].TransferMs(message);
+        tail += (split_ ? table_.BackwardMs(a, best) - table_.WeightMs(a, best) : table_.BackwardMs(a, best)) +
+                links_[q + 1][q].TransferMs(message);
+      }
+      a = best;
+    }
+    return true;
+  }
+
+  // A first incumbent: the partition that minimizes the relaxed bound (binary search on the
+  // cutoff), simulated.
+  void SeedIncumbent() {
+    std::vector<int> ends(p_.ranks);
+    double lo = 0, hi = 1;
+    while (!RemainderFits(0, 0, 0, 0, hi, &ends)) {
+      hi *= 2;
+      if (hi > 1e30) return;  // nothing fits even relaxed
+    }
+    for (int i = 0; i < 60; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      if (RemainderFits(0, 0, 0, 0, mid, nullptr)) hi = mid; else lo = mid;
+    }
+    RemainderFits(0, 0, 0, 0, hi, &ends);
+    int a = 0;
+    for (int q = 0; q < p_.ranks; ++q) {
+      LayerTable::StageBuilder builder(table_, a);
+      while (builder.end() < ends[q]) builder.Extend();
+      const std::optional<StageCost> c = Fit(q, builder);
+      if (!c) return;
+      ends_[q] = ends[q];
+      remat_[q] = c->remat;
+      a = ends[q];
+    }
+    Leaf();
+  }
+
+  void Dfs(int q, int a, double head, double tail, double bound) {
+    if (++result_.nodes >= p_.max_nodes) return;
+    const bool last = q == p_.ranks - 1;
+    const int max_end = layers_ - (p_.ranks - 1 - q);
+    LayerTable::StageBuilder builder(table_, a);
+    for (int e = a + 1; e <= max_end; ++e) {
+      builder.Extend();
+      if (last && e < max_end) continue;
+      const std::optional<StageCost> c = Fit(q, builder);
+      if (!c) {
+        // Memory only grows with the stage (up to its small buffers): stop once even the
+        // relaxed memory test fails.
+        if (RelaxedBound(q, a, e, 0, 0) == kInfinity) break;
+        continue;
+      }
+      // Without remat the bound only grows with e: once it reaches the best, stop.
+      const double params = table_.ParamBytes(a, e);
+      if (StageBound(q, builder.Cost(false), head, tail, params) >= Cutoff()) break;
+      const double node_bound = std::max(bound, StageBound(q, *c, head, tail, params));
+      if (node_bound >= Cutoff()) continue;
+      ends_[q] = e;
+      remat_[q] = c->remat;
+      if (last) {
+        Leaf();
+        continue;
+      }
+      const double message = c->output_bytes;
+      const double next_head = head + c->forward_ms + links_[q][q + 1].TransferMs(message);
+      const double next_tail = tail + (split_ ? c->recompute_ms() + c->backward_input_ms : c->recompute_ms() + c->backward_ms) +
+                               links_[q + 1][q].TransferMs(message);
+      if (!RemainderFits(q + 1, e, next_head, next_tail, Cutoff(), nullptr)) continue;
+      Dfs(q + 1, e, next_head, next_tail, node_bound);
+    }
+  }
+
+  // ---- Interleaved: v stages per rank ------------------------------------------------------
+
+  // Places stage s on rank s mod K starting at layer a. Bound: the busiest rank's work so far,
+  // and the average over ranks of all the work, each times M.
+  void InterleavedDfs(int s, int a) {
+    if (++result_.nodes >= p_.max_nodes) return;
+    const int rank = s % p_.ranks;
+    const bool last = s == stages_ - 1;
+    const int max_end = layers_ - (stages_ - 1 - s);
+    for (int e = a + 1; e <= max_end; ++e) {
+      if (last && e < max_end) continue;
+      ends_[s] = e;
+      const double work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
+      rank_work_[rank] += work;
+      const double m = p_.microbatches;
+      const double placed_max = *std::max_element(rank_work_.begin(), rank_work_.end());
+      const double average = (table_.ForwardMs(0, layers_) + table_.BackwardMs(0, layers_)) / p_.ranks;
+      const double bound = m * std::max(placed_max, average);
+      if (bound < Cutoff()) {
+        if (s >= stages_ - p_.ranks) {
+          CompleteRank(rank, s, last);
+        } else {
+          InterleavedDfs(s + 1, e);
+        }
+      }
+      rank_work_[rank] -= work;
+      if (m * rank_work_[rank] + m * work >= Cutoff()) break;  // grows with e
+    }
+  }
+
+  // Stage s completes `rank`'s chunks: choose its remat set (every set the policy allows that
+  // fits and has no fitting subset), then go on.
+  void CompleteRank(int rank, int s, bool last) {
+    std::vector<StageCost> costs(p_.chunks);
+    std::vector<int> firsts(stages_, 0);
+    for (int t = 1; t <= s; ++t) firsts[t] = ends_[t - 1];
+    std::vector<int> fitting;
+    for (int mask = 0; mask < (1 << p_.chunks); ++mask) {
+      if (p_.remat == RematPolicy::kOff && mask != 0) continue;
+      if (p_.remat == RematPolicy::kOn && mask != (1 << p_.chunks) - 1) continue;
+      bool has_fitting_subset = false;
+      for (int other : fitting) has_fitting_subset = has_fitting_subset || (other & mask) == other;
+      if (has_fitting_subset) continue;
+      std::vector<const StageCost*> pointers;
+      double static_bytes = 0;
+      for (int c = 0; c < p_.chunks; ++c) {
+        const int t = c * p_.ranks + rank;
+        costs[c] = table_.Stage(firsts[t], ends_[t], (mask >> c) & 1);
+        static_bytes += costs[c].static_bytes;
+        pointers.push_back(&costs[c]);
+      }
+      if (static_bytes + Peak(rank, mask, pointers) <= Limit()) fitting.push_back(mask);
+    }
+    for (int mask : fitting) {
+      for (int c = 0; c < p_.chunks; ++c) remat_[c * p_.ranks + rank] = (mask >> c) & 1;
+      if (last) {
+        Leaf();
+      } else {
+        InterleavedDfs(s + 1, ends_[s]);
+      }
+    }
+  }
+
+  const PartitionProblem& p_;
+  LayerTable table_;
+  Plan skeleton_;
+  StepEvaluator evaluator_;
+  int layers_;
+  int stages_;
+  bool split_;
+  std::vector<std::vector<std::unique_ptr<MemoryFrontier>>> frontiers_;
+  std::vector<int> forwards_first_;
+  std::vector<std::vector<Link>> links_;
+  std::vector<std::vector<int>> ring_devices_;
+  // min_output_from_[l]: the smallest message a boundary after layer l or later can carry.
+  std::vector<double> min_output_from_;
+  double total_forward_ = 0;
+  double total_backward_ = 0;
+  std::vector<int> ends_;
+  std::vector<char> remat_;
+  std::vector<double> rank_work_ = std::vector<double>(p_.ranks, 0.0);
+  double best_ = kInfinity;
+  PartitionResult result_;
+};
+
+}  // namespace
+
+const char* RematPolicyName(RematPolicy policy) {
+  for (const auto& [value, text] : kRematNames) {
+    if (value == policy) return text;
+  }
+  return "?";
+}
+
+Expected<RematPolicy> ParseRematPolicy(const std::string& name) {
+  std::vector<std::string> names;
+  for (const auto& [value, text] : kRematNames) {
+    if (name == text) return value;
+    names.emplace_back(text);
+  }
+  return Status::Invalid("unknown remat policy \"" + name + "\"; known: " + ChoicesAndSuggestion(name, names));
+}
+
+Plan PlanSkeleton(const PartitionProblem& problem) {
+  Plan plan;
+  plan.profile = *problem.profile;
+  plan.cluster = *problem.cluster;
+  plan.schedule = problem.schedule;
+  plan.microbatches = problem.microbatches;
+  plan.global_batch = problem.global_batch;
+  plan.replicas = problem.replicas;
+  plan.placement = problem.placement;
+  plan.optimizer = problem.optimizer;
+  return plan;
+}
+
+Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {
+  const int layers = problem.profile->num_layers();
+  const int stages = problem.ranks * problem.chunks;
+  if (problem.ranks < 1 || problem.chunks < 1) {
+    return Status::Invalid("a plan needs at least one rank and one chunk per rank");
+  }
+  if (stages > layers) {
+    return Status::Invalid(std::to_string(stages) + " stages (K=" + std::to_string(problem.ranks) +
+                           (problem.chunks > 1 ? " x " + std::to_string(problem.chunks) + " chunks" : std::string()) +
+                           ") is more than the profile's " + std::to_string(layers) +
+                           " layers; every stage needs at least one layer, so use at most " + std::to_string(layers));
+  }
+  if (int64_t{problem.ranks} * problem.replicas > problem.cluster->devices) {
+    return Status::Invalid(std::to_string(problem.ranks) + " ranks x " + std::to_string(problem.replicas) +
+                           " replicas need more than the cluster's " + std::to_string(problem.cluster->devices) +
+                           " devices");
+  }
+  const int64_t per_step = int64_t{problem.replicas} * problem.microbatches;
+  if (problem.global_batch % per_step != 0) {
+    return Status::Invalid("global batch " + std::to_string(problem.global_batch) + " does not split into " +
+                           std::to_string(problem.replicas) + " replicas x " + std::to_string(problem.microbatches) +
+                           " micro-batches of whole samples");
+  }
+  if (problem.schedule == ScheduleKind::kZbH1) {
+    for (int l = 0; l < layers; ++l) {
+      if (!problem.profile->layers[l].backward_weight_ms) {
+        return Status::Invalid("zb-h1 needs backward_weight_ms for every layer; layers[" + std::to_string(l) +
+                               "] (\"" + problem.profile->layers[l].name + "\") has none");
+      }
+    }
+  }
+  Expected<Schedule> compute = GenerateSchedule(problem.schedule, problem.ranks, stages, problem.microbatches);
+  if (!compute.ok()) return compute.status();
+  return Search(problem, AddCommunication(*compute)).Run();
+}
+
+}  // namespace gpipe

@@ -1,0 +1,68 @@
+// The exact partition search: for one choice of schedule, K ranks (v chunks each), M
+// micro-batches, D replicas and placement, the contiguous cut of the layers into stages, and
+// each stage's remat, with the shortest simulated step that fits every rank's memory.
+//
+// Exact means: no other partition (and remat choice) has a shorter step time as the simulator
+// computes it (StepEvaluator is the simulator's step time, bit for bit) under the simulator's own
+// memory peaks. The search is a depth-first branch and bound over stage boundaries:
+//   - remat: a stage rematerializes only when it does not fit without (step time never falls
+//     when a stage recomputes, and a stage's memory does not depend on other stages' remat);
+//     interleaved ranks try every set of chunks to rematerialize;
+//   - bounds: every rank r needs head_r + M x work_r + tail_r (its first forward waits for the
+//     stages before it, its last backward feeds them), a rank cannot start its first backward
+//     before micro-batch 0 went all the way and back, and the all-reduce follows a rank's last
+//     action; for the stages not yet placed the bound is minimized exactly by a greedy over a
+//     relaxation (cheapest messages, no buffers) that is monotone in the stage boundaries;
+//   - a node is pruned when its bound reaches the best step found; leaves are simulated.
+// With `max_nodes` reached, the result says it is not proven optimal.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/plan.h"
+#include "core/status.h"
+
+namespace gpipe {
+
+enum class RematPolicy { kOff, kOn, kAuto };
+const char* RematPolicyName(RematPolicy policy);
+Expected<RematPolicy> ParseRematPolicy(const std::string& name);
+
+struct PartitionProblem {
+  const Profile* profile = nullptr;
+  const Cluster* cluster = nullptr;
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  int ranks = 1;
+  /// Stages per rank (interleaved 1F1B); 1 otherwise.
+  int chunks = 1;
+  int microbatches = 1;
+  int replicas = 1;
+  int64_t global_batch = 1;
+  Placement placement = Placement::kPipelineMajor;
+  Optimizer optimizer = Optimizer::kAdam;
+  RematPolicy remat = RematPolicy::kAuto;
+  /// Per-device memory the plan must fit.
+  double memory_limit_bytes = 0;
+  /// Search budget in nodes; beyond it the best plan so far is returned, not proven optimal.
+  int64_t max_nodes = 20'000'000;
+};
+
+struct PartitionResult {
+  /// The best plan (absent when nothing fits).
+  std::optional<Plan> plan;
+  double step_time_ms = 0;
+  int64_t nodes = 0;
+  int64_t leaves = 0;
+  bool proven_optimal = true;
+};
+
+/// The plan of `problem` with no stages yet (schedule, M, batch, replicas, ...).
+Plan PlanSkeleton(const PartitionProblem& problem);
+
+/// Errors name what cannot work: more stages than layers, M the schedule cannot take, a batch
+/// that does not split, more devices than the cluster has, a schedule the profile cannot cost.
+Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem);
+
+}  // namespace gpipe
