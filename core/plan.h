@@ -45,6 +45,10 @@ Optimizer DefaultOptimizer(const Profile& profile);
 /// a node, stage boundaries cross nodes).
 enum class Placement { kPipelineMajor, kReplicaMajor };
 const char* PlacementName(Placement placement);
+/// The device of replica `replica`'s rank `rank`, for K = `ranks` and D = `replicas`.
+inline int DeviceOf(Placement placement, int ranks, int replicas, int replica, int rank) {
+  return placement == Placement::kPipelineMajor ? replica * ranks + rank : rank * replicas + replica;
+}
 Expected<Placement> ParsePlacement(const std::string& name);
 
 struct StagePlan {
@@ -82,7 +86,7 @@ struct Plan {
   std::vector<int> StageRanks() const;
   /// The cluster device that runs rank `rank` of replica `replica`.
   int DeviceOf(int replica, int rank) const {
-    return placement == Placement::kPipelineMajor ? replica * num_ranks() + rank : rank * replicas + replica;
+    return gpipe::DeviceOf(placement, num_ranks(), replicas, replica, rank);
   }
 };
 

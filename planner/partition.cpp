@@ -61,12 +61,12 @@ class Search {
     links_.assign(ranks, std::vector<Link>(ranks));
     for (int from = 0; from < ranks; ++from) {
       for (int to = 0; to < ranks; ++to) {
-        links_[from][to] = p_.cluster->LinkBetween(skeleton_.DeviceOf(0, from), skeleton_.DeviceOf(0, to));
+        links_[from][to] = p_.cluster->LinkBetween(Device(0, from), Device(0, to));
       }
     }
     ring_devices_.resize(ranks);
     for (int r = 0; r < ranks; ++r) {
-      for (int d = 0; d < p_.replicas; ++d) ring_devices_[r].push_back(skeleton_.DeviceOf(d, r));
+      for (int d = 0; d < p_.replicas; ++d) ring_devices_[r].push_back(Device(d, r));
     }
     min_output_from_.assign(layers_ + 1, kInfinity);
     for (int l = layers_ - 2; l >= 0; --l) min_output_from_[l] = std::min(min_output_from_[l + 1], table_.OutputBytes(l));
@@ -76,11 +76,29 @@ class Search {
     remat_.assign(stages_, false);
   }
 
+  // The relaxed bound minimized over all partitions (binary search on the cutoff).
+  double RootBound() const {
+    if (p_.chunks > 1) return p_.microbatches * (total_forward_ + total_backward_) / p_.ranks;
+    double hi = 1;
+    while (!RemainderFits(0, 0, 0, 0, hi, nullptr)) {
+      hi *= 2;
+      if (hi > 1e30) return kInfinity;
+    }
+    double lo = 0;
+    for (int i = 0; i < 60; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      if (RemainderFits(0, 0, 0, 0, mid, nullptr)) hi = mid; else lo = mid;
+    }
+    return lo;
+  }
+
   PartitionResult Run() {
+    best_ = p_.cutoff_ms;
     if (p_.chunks == 1) {
       SeedIncumbent();
       Dfs(0, 0, 0.0, 0.0, 0.0);
     } else {
+      SeedInterleaved();
       InterleavedDfs(0, 0);
     }
     result_.proven_optimal = result_.nodes < p_.max_nodes;
@@ -91,6 +109,7 @@ class Search {
   // ---- Shared pieces ----------------------------------------------------------------------
 
   double Limit() const { return p_.memory_limit_bytes; }
+  int Device(int replica, int rank) const { return DeviceOf(p_.placement, p_.ranks, p_.replicas, replica, rank); }
   double Cutoff() const { return best_ * (1.0 - kTieFraction); }
   double AllReduceMs(int rank, double param_bytes) const {
     return p_.replicas > 1 ? RingAllReduceMs(*p_.cluster, ring_devices_[rank], param_bytes) : 0.0;
@@ -102,7 +121,9 @@ class Search {
   // Simulates a complete partition and keeps it when it is the best so far.
   void Leaf() {
     ++result_.leaves;
-    Plan plan = skeleton_;
+    // skeleton_ is reused (its profile is not copied per leaf); stages are rewritten in place.
+    Plan& plan = skeleton_;
+    plan.stages.clear();
     int first = 0;
     for (int s = 0; s < stages_; ++s) {
       plan.stages.push_back({first, ends_[s], s % p_.ranks, static_cast<bool>(remat_[s])});
@@ -117,7 +138,7 @@ class Search {
     if (step < best_) {
       best_ = step;
       result_.step_time_ms = step;
-      result_.plan = std::move(plan);
+      result_.plan = plan;
     }
   }
 
@@ -267,22 +288,27 @@ class Search {
 
   // ---- Interleaved: v stages per rank ------------------------------------------------------
 
-  // Places stage s on rank s mod K starting at layer a. Bound: the busiest rank's work so far,
-  // and the average over ranks of all the work, each times M.
+  // Places stage s on rank s mod K starting at layer a. Bounds, each times M: the busiest
+  // rank's work so far plus the wait before its first forward (the stages of the first round
+  // before it) and after its last backward (the same stages' backwards); and the average work.
   void InterleavedDfs(int s, int a) {
     if (++result_.nodes >= p_.max_nodes) return;
     const int rank = s % p_.ranks;
     const bool last = s == stages_ - 1;
     const int max_end = layers_ - (stages_ - 1 - s);
+    const double m = p_.microbatches;
+    const double average = m * (total_forward_ + total_backward_) / p_.ranks;
     for (int e = a + 1; e <= max_end; ++e) {
       if (last && e < max_end) continue;
       ends_[s] = e;
       const double work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
+      if (s + 1 < p_.ranks) {
+        head_[s + 1] = head_[s] + table_.ForwardMs(a, e);
+        tail_[s + 1] = tail_[s] + table_.BackwardMs(a, e);
+      }
       rank_work_[rank] += work;
-      const double m = p_.microbatches;
-      const double placed_max = *std::max_element(rank_work_.begin(), rank_work_.end());
-      const double average = (table_.ForwardMs(0, layers_) + table_.BackwardMs(0, layers_)) / p_.ranks;
-      const double bound = m * std::max(placed_max, average);
+      double bound = average;
+      for (int r = 0; r < p_.ranks && r <= s; ++r) bound = std::max(bound, head_[r] + m * rank_work_[r] + tail_[r]);
       if (bound < Cutoff()) {
         if (s >= stages_ - p_.ranks) {
           CompleteRank(rank, s, last);
@@ -291,13 +317,40 @@ class Search {
         }
       }
       rank_work_[rank] -= work;
-      if (m * rank_work_[rank] + m * work >= Cutoff()) break;  // grows with e
+      if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
     }
+  }
+
+  // A first incumbent for interleaved plans: the cut into S stages of most even work.
+  void SeedInterleaved() {
+    const auto split = [&](double cap, std::vector<int>* ends) {
+      int a = 0;
+      for (int t = 0; t < stages_; ++t) {
+        const int last_end = layers_ - (stages_ - 1 - t);
+        int e = a + 1;
+        while (e < last_end && table_.ForwardMs(a, e + 1) + table_.BackwardMs(a, e + 1) <= cap) ++e;
+        if (t == stages_ - 1) e = layers_;
+        if (table_.ForwardMs(a, e) + table_.BackwardMs(a, e) > cap) return false;
+        if (ends != nullptr) (*ends)[t] = e;
+        a = e;
+      }
+      return true;
+    };
+    double lo = 0, hi = total_forward_ + total_backward_;
+    for (int i = 0; i < 60; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      if (split(mid, nullptr)) hi = mid; else lo = mid;
+    }
+    std::vector<int> ends(stages_);
+    if (!split(hi, &ends)) return;
+    ends_ = ends;
+    for (int r = 0; r < p_.ranks; ++r) CompleteRank(r, stages_ - p_.ranks + r, false, /*seed=*/true);
+    Leaf();
   }
 
   // Stage s completes `rank`'s chunks: choose its remat set (every set the policy allows that
   // fits and has no fitting subset), then go on.
-  void CompleteRank(int rank, int s, bool last) {
+  void CompleteRank(int rank, int s, bool last, bool seed = false) {
     std::vector<StageCost> costs(p_.chunks);
     std::vector<int> firsts(stages_, 0);
     for (int t = 1; t <= s; ++t) firsts[t] = ends_[t - 1];
@@ -318,8 +371,10 @@ class Search {
       }
       if (static_bytes + Peak(rank, mask, pointers) <= Limit()) fitting.push_back(mask);
     }
+    if (seed && !fitting.empty()) fitting.resize(1);
     for (int mask : fitting) {
       for (int c = 0; c < p_.chunks; ++c) remat_[c * p_.ranks + rank] = (mask >> c) & 1;
+      if (seed) return;
       if (last) {
         Leaf();
       } else {
@@ -345,7 +400,11 @@ class Search {
   double total_backward_ = 0;
   std::vector<int> ends_;
   std::vector<char> remat_;
+  // Interleaved search state: work placed per rank; the first round's forwards and backwards
+  // before each rank (head_[r], tail_[r]).
   std::vector<double> rank_work_ = std::vector<double>(p_.ranks, 0.0);
+  std::vector<double> head_ = std::vector<double>(p_.ranks, 0.0);
+  std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
   double best_ = kInfinity;
   PartitionResult result_;
 };
@@ -381,7 +440,9 @@ Plan PlanSkeleton(const PartitionProblem& problem) {
   return plan;
 }
 
-Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {
+namespace {
+
+Status CheckProblem(const PartitionProblem& problem) {
   const int layers = problem.profile->num_layers();
   const int stages = problem.ranks * problem.chunks;
   if (problem.ranks < 1 || problem.chunks < 1) {
@@ -412,9 +473,28 @@ Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {
       }
     }
   }
-  Expected<Schedule> compute = GenerateSchedule(problem.schedule, problem.ranks, stages, problem.microbatches);
+  return Status::Ok();
+}
+
+Expected<std::unique_ptr<Search>> MakeSearch(const PartitionProblem& problem) {
+  GPIPE_RETURN_IF_ERROR(CheckProblem(problem));
+  Expected<Schedule> compute = GenerateSchedule(problem.schedule, problem.ranks, problem.ranks * problem.chunks,
+                                                problem.microbatches);
   if (!compute.ok()) return compute.status();
-  return Search(problem, AddCommunication(*compute)).Run();
+  return std::make_unique<Search>(problem, AddCommunication(*compute));
+}
+
+}  // namespace
+
+double PartitionLowerBound(const PartitionProblem& problem) {
+  Expected<std::unique_ptr<Search>> search = MakeSearch(problem);
+  return search.ok() ? (*search)->RootBound() : kInfinity;
+}
+
+Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {
+  Expected<std::unique_ptr<Search>> search = MakeSearch(problem);
+  if (!search.ok()) return search.status();
+  return (*search)->Run();
 }
 
 }  // namespace gpipe

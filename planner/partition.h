@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -46,7 +47,10 @@ struct PartitionProblem {
   /// Per-device memory the plan must fit.
   double memory_limit_bytes = 0;
   /// Search budget in nodes; beyond it the best plan so far is returned, not proven optimal.
-  int64_t max_nodes = 20'000'000;
+  int64_t max_nodes = 2'000'000;
+  /// Only plans faster than this are sought (the best of other configurations, when searching
+  /// many); infinity to find the best at any speed.
+  double cutoff_ms = std::numeric_limits<double>::infinity();
 };
 
 struct PartitionResult {
@@ -55,8 +59,13 @@ struct PartitionResult {
   double step_time_ms = 0;
   int64_t nodes = 0;
   int64_t leaves = 0;
+  /// False when the node budget ran out before the search finished.
   bool proven_optimal = true;
 };
+
+/// A lower bound on the step time of every plan of `problem` (infinity when none can fit even
+/// in the relaxation), cheap next to the search itself.
+double PartitionLowerBound(const PartitionProblem& problem);
 
 /// The plan of `problem` with no stages yet (schedule, M, batch, replicas, ...).
 Plan PlanSkeleton(const PartitionProblem& problem);
