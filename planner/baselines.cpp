@@ -11,7 +11,7 @@
 namespace gpipe {
 namespace {
 
-bool AllFinite(const std::vector<double>& values) {
+[[maybe_unused]] bool AllFinite(const std::vector<double>& values) {
   return std::all_of(values.begin(), values.end(), [](double v) { return std::isfinite(v); });
 }
 

@@ -1,0 +1,216 @@
+#include "planner/search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/schedule/validate.h"
+#include "simulator/cost_model.h"
+#include "simulator/simulator.h"
+
+namespace gpipe {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// Configurations are searched for plans up to this factor slower than the best so far, so that
+// the Pareto list shows what trading some speed buys in memory.
+constexpr double kAlternatives = 1.25;
+
+bool ProfileHasWeightTimes(const Profile& profile) {
+  return std::all_of(profile.layers.begin(), profile.layers.end(),
+                     [](const LayerProfile& layer) { return layer.backward_weight_ms.has_value(); });
+}
+
+std::vector<int> Divisors(int64_t n) {
+  std::vector<int> out;
+  for (int64_t d = 1; d <= n && d <= (1 << 20); ++d) {
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  }
+  return out;
+}
+
+// A lower bound on any plan of `problem`: the work of one step spread over all its ranks, and
+// one micro-batch's way through every layer and back.
+double CheapBound(const PartitionProblem& problem, double forward_ms, double backward_ms) {
+  const double scale = static_cast<double>(problem.global_batch) /
+                       (static_cast<double>(problem.replicas) * problem.microbatches) /
+                       static_cast<double>(problem.profile->microbatch_size);
+  const double per_microbatch = (forward_ms + backward_ms) * scale;
+  return std::max(per_microbatch * problem.microbatches / problem.ranks, per_microbatch);
+}
+
+}  // namespace
+
+std::vector<PartitionProblem> Configurations(const SearchRequest& request) {
+  std::vector<PartitionProblem> problems;
+  const int devices = request.cluster.devices;
+  const int layers = request.profile.num_layers();
+  const bool multi_node = request.cluster.devices_per_node && *request.cluster.devices_per_node < devices;
+  std::vector<ScheduleKind> kinds;
+  if (request.schedule) {
+    kinds = {*request.schedule};
+  } else {
+    kinds = {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B};
+    if (ProfileHasWeightTimes(request.profile)) kinds.push_back(ScheduleKind::kZbH1);
+  }
+  for (int replicas = 1; replicas <= devices; ++replicas) {
+    if (request.replicas && replicas != *request.replicas) continue;
+    if (request.global_batch % replicas != 0) continue;
+    for (int ranks = 1; ranks * replicas <= devices && ranks <= layers; ++ranks) {
+      if (request.ranks && ranks != *request.ranks) continue;
+      for (int microbatches : Divisors(request.global_batch / replicas)) {
+        if (request.microbatches && microbatches != *request.microbatches) continue;
+        for (ScheduleKind kind : kinds) {
+          std::vector<int> chunk_options = {1};
+          if (kind == ScheduleKind::kInterleaved1F1B) {
+            if (ranks < 2 || microbatches % ranks != 0) continue;
+            chunk_options = request.chunks ? std::vector<int>{*request.chunks} : std::vector<int>{2, 4};
+          } else if (request.chunks && *request.chunks != 1) {
+            continue;
+          }
+          // One rank: the schedules coincide; keep one.
+          if (ranks == 1 && kind != ScheduleKind::kGpipe && !request.schedule) continue;
+          for (int chunks : chunk_options) {
+            if (ranks * chunks > layers) continue;
+            std::vector<Placement> placements = {Placement::kPipelineMajor};
+            if (request.placement) {
+              placements = {*request.placement};
+            } else if (multi_node && replicas > 1 && ranks > 1) {
+              placements.push_back(Placement::kReplicaMajor);
+            }
+            for (Placement placement : placements) {
+              PartitionProblem p;
+              p.profile = &request.profile;
+              p.cluster = &request.cluster;
+              p.schedule = kind;
+              p.ranks = ranks;
+              p.chunks = chunks;
+              p.microbatches = microbatches;
+              p.replicas = replicas;
+              p.global_batch = request.global_batch;
+              p.placement = placement;
+              p.optimizer = request.optimizer;
+              p.remat = request.remat;
+              p.memory_limit_bytes = static_cast<double>(request.cluster.device_memory_bytes);
+              p.max_nodes = request.max_nodes;
+              problems.push_back(p);
+            }
+          }
+        }
+      }
+    }
+  }
+  return problems;
+}
+
+Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  if (!schedule.ok()) return schedule.status();
+  Expected<CostModel> costs = BuildCostModel(plan);
+  if (!costs.ok()) return costs.status();
+  SimOptions options;
+  options.record_timeline = false;
+  Expected<SimResult> result = Simulate(*schedule, *costs, options);
+  if (!result.ok()) return result.status();
+  Candidate c;
+  c.plan = plan;
+  c.step_time_ms = result->step_time_ms;
+  c.throughput_samples_per_s = result->throughput_samples_per_s;
+  c.bubble_fraction = result->bubble_fraction;
+  for (const RankResult& rank : result->ranks) c.peak_memory_bytes = std::max(c.peak_memory_bytes, rank.peak_memory_bytes);
+  c.proven_optimal = proven_optimal;
+  return c;
+}
+
+Expected<SearchResult> SearchPlans(const SearchRequest& request) {
+  const int layers = request.profile.num_layers();
+  const int devices = request.cluster.devices;
+  if (request.global_batch < 1) return Status::Invalid("--global-batch must be at least 1");
+  if (request.ranks && *request.ranks > layers) {
+    return Status::Invalid("--stages " + std::to_string(*request.ranks) + " is more than the profile's " +
+                           std::to_string(layers) + " layers; a stage needs at least one layer, so use at most " +
+                           std::to_string(layers));
+  }
+  if (request.ranks && *request.ranks * request.replicas.value_or(1) > devices) {
+    return Status::Invalid("--stages " + std::to_string(*request.ranks) + " x --replicas " +
+                           std::to_string(request.replicas.value_or(1)) + " needs more than the cluster's " +
+                           std::to_string(devices) + " devices");
+  }
+  if (request.replicas && request.global_batch % *request.replicas != 0) {
+    return Status::Invalid("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
+                           std::to_string(*request.replicas) + " replicas");
+  }
+  if (request.microbatches && request.global_batch % (int64_t{request.replicas.value_or(1)} * *request.microbatches) != 0) {
+    return Status::Invalid("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
+                           std::to_string(*request.microbatches) + " micro-batches" +
+                           (request.replicas ? " per replica" : "") + " of whole samples");
+  }
+  if (request.schedule == ScheduleKind::kZbH1 && !ProfileHasWeightTimes(request.profile)) {
+    return Status::Invalid("--schedule zb-h1 needs backward_weight_ms for every layer of the profile");
+  }
+  std::vector<PartitionProblem> problems = Configurations(request);
+  if (problems.empty()) {
+    return Status::Invalid("no configuration satisfies the pinned dimensions (interleaved-1f1b needs K >= 2, M a "
+                           "multiple of K and at least 2K layers; M must divide the batch per replica)");
+  }
+  double forward = 0, backward = 0;
+  for (const LayerProfile& layer : request.profile.layers) {
+    forward += layer.forward_ms;
+    backward += layer.backward_ms;
+  }
+  std::vector<std::pair<double, size_t>> order;
+  for (size_t i = 0; i < problems.size(); ++i) order.emplace_back(CheapBound(problems[i], forward, backward), i);
+  std::sort(order.begin(), order.end());
+
+  SearchResult out;
+  out.configurations = problems.size();
+  double best = kInfinity;
+  std::vector<Candidate> found;
+  auto last_report = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < order.size(); ++k) {
+    PartitionProblem& problem = problems[order[k].second];
+    if (request.progress && std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(500)) {
+      request.progress(k, order.size(), best);
+      last_report = std::chrono::steady_clock::now();
+    }
+    // Alternatives within kAlternatives of the best so far are kept for the Pareto list; the
+    // fastest plan is never missed, since only what cannot beat the best is skipped.
+    const double cutoff = best * kAlternatives;
+    if (order[k].first >= cutoff) {
+      out.skipped_by_bound += order.size() - k;
+      break;
+    }
+    if (PartitionLowerBound(problem) >= cutoff) {
+      ++out.skipped_by_bound;
+      continue;
+    }
+    problem.cutoff_ms = cutoff;
+    Expected<PartitionResult> result = FindBestPartition(problem);
+    ++out.searched;
+    if (!result.ok()) continue;
+    out.nodes += result->nodes;
+    out.proven_optimal = out.proven_optimal && result->proven_optimal;
+    if (!result->plan) continue;
+    Expected<Candidate> candidate = Evaluate(*result->plan, result->proven_optimal);
+    if (!candidate.ok()) return candidate.status();
+    best = std::min(best, candidate->step_time_ms);
+    found.push_back(std::move(*candidate));
+  }
+  if (request.progress) request.progress(order.size(), order.size(), best);
+  std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
+    return a.step_time_ms != b.step_time_ms ? a.step_time_ms < b.step_time_ms : a.peak_memory_bytes < b.peak_memory_bytes;
+  });
+  if (!found.empty()) out.best = found.front();
+  double least_memory = kInfinity;
+  for (Candidate& c : found) {
+    if (c.peak_memory_bytes < least_memory) {
+      least_memory = c.peak_memory_bytes;
+      out.pareto.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+}  // namespace gpipe

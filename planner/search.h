@@ -1,0 +1,76 @@
+// The full search: over K ranks, D replicas, M micro-batches, schedules (with chunks per rank for
+// interleaved 1F1B) and placements, the exact partition of each configuration (partition.h),
+// keeping the fastest plan that fits and the alternatives that trade step time for memory.
+//
+// Configurations are visited in order of a cheap lower bound on their step time; a configuration
+// whose bound cannot beat the best plan found is skipped, so the answer is the same as searching
+// every configuration, only sooner.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/plan.h"
+#include "core/status.h"
+#include "planner/partition.h"
+
+namespace gpipe {
+
+struct SearchRequest {
+  Profile profile;
+  /// The cluster, with any --devices / --memory overrides already applied.
+  Cluster cluster;
+  int64_t global_batch = 1;
+  /// Pinned dimensions (unset: searched).
+  std::optional<int> ranks;
+  std::optional<int> replicas;
+  std::optional<int> microbatches;
+  std::optional<ScheduleKind> schedule;
+  std::optional<int> chunks;
+  std::optional<Placement> placement;
+  RematPolicy remat = RematPolicy::kAuto;
+  Optimizer optimizer = Optimizer::kAdam;
+  /// Per configuration, the partition search's node budget.
+  int64_t max_nodes = 200'000;
+  /// Called now and then with (configurations done, configurations in all, best step so far).
+  std::function<void(size_t, size_t, double)> progress;
+};
+
+/// One configuration's best plan, with what the simulator predicts for it.
+struct Candidate {
+  Plan plan;
+  double step_time_ms = 0;
+  double throughput_samples_per_s = 0;
+  double bubble_fraction = 0;
+  /// The largest peak over the ranks.
+  double peak_memory_bytes = 0;
+  bool proven_optimal = true;
+};
+
+struct SearchResult {
+  /// The fastest plan that fits, if any.
+  std::optional<Candidate> best;
+  /// Plans no other plan beats in both step time and peak memory, fastest first, among the
+  /// configurations searched (those within 25% of the fastest plan's step time).
+  std::vector<Candidate> pareto;
+  size_t configurations = 0;
+  size_t searched = 0;
+  size_t skipped_by_bound = 0;
+  int64_t nodes = 0;
+  /// Whether every searched configuration finished within its node budget.
+  bool proven_optimal = true;
+};
+
+/// Checks the request (batch, pins against the cluster and the profile) and searches.
+Expected<SearchResult> SearchPlans(const SearchRequest& request);
+
+/// Simulates `plan` and summarizes it as a Candidate.
+Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal);
+
+/// The configurations SearchPlans would consider (for --help texts and tests).
+std::vector<PartitionProblem> Configurations(const SearchRequest& request);
+
+}  // namespace gpipe
