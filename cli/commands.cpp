@@ -6,6 +6,7 @@ namespace gpipe::cli {
 
 const std::vector<CommandEntry>& Commands() {
   static const std::vector<CommandEntry> commands = {
+      {"plan", "Find the fastest pipeline plan that fits in memory, and the alternatives", MakePlanCommand},
       {"simulate", "Predict a plan's step time, bubble and memory; draw its timeline", MakeSimulateCommand},
   };
   return commands;
@@ -18,6 +19,9 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   app.set_version_flag("--version", "gpipe-plan 0.1.0");
   app.footer(
       "Examples:\n"
+      "  gpipe-plan plan --profile profiles/gpt3-13b-a100-80gb.json --cluster profiles/clusters/a100-80gb-8.json "
+      "--global-batch 512 -o plan.json\n"
+      "  gpipe-plan simulate plan.json --svg timeline.svg\n"
       "  gpipe-plan simulate profiles/plans/tiny-gpt-gpipe.json\n"
       "  gpipe-plan simulate profiles/plans/gpt3-13b-8xa100-1f1b.json --svg timeline.svg --trace trace.json\n"
       "Run 'gpipe-plan SUBCOMMAND --help' for a subcommand's flags.");

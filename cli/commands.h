@@ -38,6 +38,7 @@ const std::vector<CommandEntry>& Commands();
 int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
 
 /// One factory per subcommand (each in its own file).
+std::unique_ptr<Command> MakePlanCommand(CLI::App& app);
 std::unique_ptr<Command> MakeSimulateCommand(CLI::App& app);
 
 }  // namespace gpipe::cli

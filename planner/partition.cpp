@@ -41,15 +41,9 @@ class Search {
         split_(problem.schedule == ScheduleKind::kZbH1) {
     const Schedule& s = evaluator_.schedule();
     const int ranks = p_.ranks;
-    // Memory frontiers for every remat choice of every rank.
+    // Memory frontiers for every remat choice of every rank, built when first needed.
     frontiers_.resize(ranks);
-    for (int r = 0; r < ranks; ++r) {
-      for (int mask = 0; mask < (1 << p_.chunks); ++mask) {
-        std::vector<bool> remat(p_.chunks);
-        for (int c = 0; c < p_.chunks; ++c) remat[c] = (mask >> c) & 1;
-        frontiers_[r].push_back(std::make_unique<MemoryFrontier>(s, r, remat));
-      }
-    }
+    for (int r = 0; r < ranks; ++r) frontiers_[r].resize(1 << p_.chunks);
     // Forwards before the first backward, per rank (one stage per rank).
     forwards_first_.assign(ranks, 0);
     for (int r = 0; r < ranks; ++r) {
@@ -114,8 +108,17 @@ class Search {
   double AllReduceMs(int rank, double param_bytes) const {
     return p_.replicas > 1 ? RingAllReduceMs(*p_.cluster, ring_devices_[rank], param_bytes) : 0.0;
   }
+  const MemoryFrontier& Frontier(int rank, int mask) const {
+    std::unique_ptr<MemoryFrontier>& frontier = frontiers_[rank][mask];
+    if (!frontier) {
+      std::vector<bool> remat(p_.chunks);
+      for (int c = 0; c < p_.chunks; ++c) remat[c] = (mask >> c) & 1;
+      frontier = std::make_unique<MemoryFrontier>(evaluator_.schedule(), rank, remat);
+    }
+    return *frontier;
+  }
   double Peak(int rank, int mask, const std::vector<const StageCost*>& costs) const {
-    return frontiers_[rank][mask]->PeakDynamicBytes(costs);
+    return Frontier(rank, mask).PeakDynamicBytes(costs);
   }
 
   // Simulates a complete partition and keeps it when it is the best so far.
@@ -176,7 +179,7 @@ class Search {
     const double backward = table_.BackwardMs(a, e);
     const double activation = table_.ActivationBytes(a, e);
     const double static_bytes = table_.StaticBytes(a, e);
-    const double stashed = static_bytes + frontiers_[q][0]->max_in_flight() * activation;
+    const double stashed = static_bytes + Frontier(q, 0).max_in_flight() * activation;
     bool remat = p_.remat == RematPolicy::kOn;
     if (!remat && stashed > Limit()) {
       if (p_.remat == RematPolicy::kOff) return kInfinity;
@@ -390,7 +393,7 @@ class Search {
   int layers_;
   int stages_;
   bool split_;
-  std::vector<std::vector<std::unique_ptr<MemoryFrontier>>> frontiers_;
+  mutable std::vector<std::vector<std::unique_ptr<MemoryFrontier>>> frontiers_;
   std::vector<int> forwards_first_;
   std::vector<std::vector<Link>> links_;
   std::vector<std::vector<int>> ring_devices_;

@@ -168,6 +168,14 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   out.configurations = problems.size();
   double best = kInfinity;
   std::vector<Candidate> found;
+  const auto keep = [&](const PartitionResult& result) -> Status {
+    if (!result.plan) return Status::Ok();
+    Expected<Candidate> candidate = Evaluate(*result.plan, result.proven_optimal);
+    if (!candidate.ok()) return candidate.status();
+    best = std::min(best, candidate->step_time_ms);
+    found.push_back(std::move(*candidate));
+    return Status::Ok();
+  };
   auto last_report = std::chrono::steady_clock::now();
   for (size_t k = 0; k < order.size(); ++k) {
     PartitionProblem& problem = problems[order[k].second];
@@ -175,30 +183,38 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       request.progress(k, order.size(), best);
       last_report = std::chrono::steady_clock::now();
     }
-    // Alternatives within kAlternatives of the best so far are kept for the Pareto list; the
-    // fastest plan is never missed, since only what cannot beat the best is skipped.
-    const double cutoff = best * kAlternatives;
-    if (order[k].first >= cutoff) {
+    if (order[k].first >= best * kAlternatives) {
       out.skipped_by_bound += order.size() - k;
       break;
     }
-    if (PartitionLowerBound(problem) >= cutoff) {
+    const double bound = PartitionLowerBound(problem);
+    if (bound >= best * kAlternatives) {
       ++out.skipped_by_bound;
       continue;
     }
-    problem.cutoff_ms = cutoff;
+    if (bound >= best) {
+      // It cannot win, but its first plan (the search's seed, one node) may trade speed for
+      // memory: keep it for the alternatives.
+      problem.max_nodes = 1;
+      Expected<PartitionResult> seed = FindBestPartition(problem);
+      if (seed.ok()) GPIPE_RETURN_IF_ERROR(keep(*seed));
+      ++out.skipped_by_bound;
+      continue;
+    }
+    // Interleaved searches have weaker bounds; they get a hundredth of the budget.
+    if (problem.chunks > 1) problem.max_nodes = std::max<int64_t>(1, request.max_nodes / 100);
+    problem.cutoff_ms = best;
     Expected<PartitionResult> result = FindBestPartition(problem);
     ++out.searched;
     if (!result.ok()) continue;
     out.nodes += result->nodes;
     out.proven_optimal = out.proven_optimal && result->proven_optimal;
-    if (!result->plan) continue;
-    Expected<Candidate> candidate = Evaluate(*result->plan, result->proven_optimal);
-    if (!candidate.ok()) return candidate.status();
-    best = std::min(best, candidate->step_time_ms);
-    found.push_back(std::move(*candidate));
+    GPIPE_RETURN_IF_ERROR(keep(*result));
   }
   if (request.progress) request.progress(order.size(), order.size(), best);
+  found.erase(std::remove_if(found.begin(), found.end(),
+                             [&](const Candidate& c) { return c.step_time_ms > best * kAlternatives; }),
+              found.end());
   std::sort(found.begin(), found.end(), [](const Candidate& a, const Candidate& b) {
     return a.step_time_ms != b.step_time_ms ? a.step_time_ms < b.step_time_ms : a.peak_memory_bytes < b.peak_memory_bytes;
   });

@@ -1,6 +1,7 @@
 #include "simulator/memory_model.h"
 
 #include <algorithm>
+#include <set>
 
 namespace gpipe {
 
@@ -118,7 +119,9 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
   }
   width_ = 4 * stages_.size();
   std::vector<int> counts(width_, 0);
-  std::vector<int> seen;  // every distinct count vector met, flattened
+  // Distinct count vectors met right after an action's start (frees at an action's end never
+  // make a new peak).
+  std::set<std::vector<int>> seen;
   int in_flight = 0;
   const auto apply = [&](const MemoryCounts& n, int at) {
     counts[at + 0] += n.stash;
@@ -127,31 +130,24 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
     counts[at + 3] += n.input_buffers;
     in_flight += n.in_flight;
     max_in_flight_ = std::max(max_in_flight_, in_flight);
-    seen.insert(seen.end(), counts.begin(), counts.end());
   };
   for (const Action& a : schedule.ranks[rank]) {
     const int i = slot[a.stage];
     const SymbolicEffect e = SymbolicEffectOf(a, remat[i], ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
     apply(e.at_start, 4 * i);
+    seen.insert(counts);
     apply(e.at_end, 4 * i);
   }
-  // Keep the vectors no other vector dominates (after removing exact repeats).
-  const size_t n = seen.size() / width_;
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  const auto at = [&](size_t i) { return seen.begin() + static_cast<std::ptrdiff_t>(i * width_); };
-  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return std::lexicographical_compare(at(y), at(y) + static_cast<std::ptrdiff_t>(width_), at(x), at(x) + static_cast<std::ptrdiff_t>(width_));
-  });
-  order.erase(std::unique(order.begin(), order.end(), [&](size_t x, size_t y) { return std::equal(at(x), at(x) + static_cast<std::ptrdiff_t>(width_), at(y)); }), order.end());
-  for (size_t i : order) {
+  // Keep the vectors no other vector dominates: in descending order, a vector's dominators come
+  // before it.
+  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
     bool dominated = false;
     for (size_t k = 0; k < vectors_.size() && !dominated; k += width_) {
       bool all_ge = true;
-      for (size_t d = 0; d < width_ && all_ge; ++d) all_ge = vectors_[k + d] >= at(i)[static_cast<std::ptrdiff_t>(d)];
+      for (size_t d = 0; d < width_ && all_ge; ++d) all_ge = vectors_[k + d] >= (*it)[d];
       dominated = all_ge;
     }
-    if (!dominated) vectors_.insert(vectors_.end(), at(i), at(i) + static_cast<std::ptrdiff_t>(width_));
+    if (!dominated) vectors_.insert(vectors_.end(), it->begin(), it->end());
   }
 }
 

@@ -1,0 +1,178 @@
+// gpipe-plan plan: the fastest plan that fits, with the alternatives and, when nothing fits, why.
+#include <chrono>
+#include <iostream>
+#include <optional>
+#include <ostream>
+
+#include "cli/commands.h"
+#include "core/files.h"
+#include "core/plan.h"
+#include "core/schedule/validate.h"
+#include "core/units.h"
+#include "planner/report.h"
+#include "planner/search.h"
+#include "simulator/cost_model.h"
+#include "simulator/report.h"
+#include "simulator/simulator.h"
+#include "simulator/svg.h"
+#include "simulator/trace.h"
+
+namespace gpipe::cli {
+namespace {
+
+class PlanCommand : public Command {
+ public:
+  explicit PlanCommand(CLI::App& app) {
+    app.add_option("--profile", profile_path_, "A gpipe-profile/1 file")->required();
+    app.add_option("--cluster", cluster_path_, "A gpipe-cluster/1 file")->required();
+    app.add_option("--global-batch", global_batch_, "Samples per training step")->required();
+    app.add_option("--devices", devices_, "Use this many devices instead of the cluster file's");
+    app.add_option("--memory", memory_, "Per-device memory instead of the cluster file's, e.g. 80GiB or 40GB");
+    app.add_option("--stages", stages_, "Pin K, the ranks of one pipeline");
+    app.add_option("--replicas", replicas_, "Pin D, the data-parallel copies of the pipeline");
+    app.add_option("--microbatches", microbatches_, "Pin M, micro-batches per replica and step");
+    app.add_option("--schedule", schedule_, "Pin the schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
+    app.add_option("--chunks", chunks_, "Pin v, stages per rank of interleaved-1f1b");
+    app.add_option("--remat", remat_, "Rematerialization: auto (only where memory demands it), on, off");
+    app.add_option("--placement", placement_, "Pin the placement: pipeline-major or replica-major");
+    app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
+    app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration (default 200000)");
+    app.add_option("-o,--output", output_path_, "Write the plan (gpipe-plan/1) to this file");
+    app.add_flag("--json", json_, "Print the plan with its prediction as JSON instead of the table");
+    app.add_option("--trace", trace_path_, "Write the best plan's simulated Chrome trace");
+    app.add_option("--svg", svg_path_, "Draw the best plan's simulated timeline");
+    app.add_flag("-q,--quiet", quiet_, "No progress lines on stderr");
+    app.footer(
+        "Examples:\n"
+        "  gpipe-plan plan --profile profiles/gpt3-13b-a100-80gb.json --cluster profiles/clusters/a100-80gb-8.json \\\n"
+        "      --global-batch 512\n"
+        "  gpipe-plan plan --profile profiles/gpt3-13b-a100-80gb.json --cluster profiles/clusters/a100-80gb-32.json \\\n"
+        "      --global-batch 512 --schedule 1f1b --stages 8 -o plan.json\n"
+        "  gpipe-plan plan --profile profiles/tiny-gpt-cpu.json --cluster profiles/clusters/cpu-2.json --global-batch 64 \\\n"
+        "      --memory 16MiB     # a budget that forces remat on some stages\n"
+        "The plan written with -o runs through 'gpipe-plan simulate' as it is.");
+  }
+
+  int Run(std::ostream& out, std::ostream& err) override {
+    Expected<SearchRequest> request = Request();
+    if (!request.ok()) return Fail(err, request.status());
+    if (!quiet_) {
+      request->progress = [&err, started = std::chrono::steady_clock::now()](size_t done, size_t all, double best) {
+        if (std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) return;
+        err << "  searched " << done << "/" << all << " configurations"
+            << (best < 1e300 ? ", best step " + FormatMs(best) : std::string()) << "\n";
+      };
+    }
+    const auto started = std::chrono::steady_clock::now();
+    Expected<SearchResult> result = SearchPlans(*request);
+    if (!result.ok()) return Fail(err, result.status());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (json_) {
+      if (result->best) out << PlanReportJson(*result).dump(2) << "\n";
+    } else {
+      out << FormatPlanReport(*request, *result, seconds);
+    }
+    if (!result->best) {
+      if (json_) err << ExplainInfeasible(*request);
+      return kExitFailure;
+    }
+    if (!output_path_.empty()) {
+      const Status written = WriteFileAtomically(output_path_, PlanReportJson(*result).dump(1) + "\n");
+      if (!written.ok()) return Fail(err, written);
+      if (!json_) out << "\nplan written to " << output_path_ << "\n";
+    }
+    if (!trace_path_.empty() || !svg_path_.empty()) {
+      const Plan& plan = result->best->plan;
+      const SimResult sim = *Simulate(*BuildSchedule(plan), *BuildCostModel(plan));
+      const Timeline timeline = TimelineFromSim(sim, PlanTitle(plan, "planned"));
+      if (!trace_path_.empty()) {
+        const Status written = WriteChromeTrace(trace_path_, timeline);
+        if (!written.ok()) return Fail(err, written);
+      }
+      if (!svg_path_.empty()) {
+        const Status written = WriteSvg(svg_path_, timeline);
+        if (!written.ok()) return Fail(err, written);
+      }
+    }
+    return kExitOk;
+  }
+
+ private:
+  Expected<SearchRequest> Request() const {
+    SearchRequest request;
+    Expected<Profile> profile = LoadProfile(profile_path_);
+    if (!profile.ok()) return profile.status();
+    Expected<Cluster> cluster = LoadCluster(cluster_path_);
+    if (!cluster.ok()) return cluster.status();
+    request.profile = std::move(*profile);
+    request.cluster = std::move(*cluster);
+    if (global_batch_ < 1) return Status::Invalid("--global-batch: must be at least 1, got " + std::to_string(global_batch_));
+    request.global_batch = global_batch_;
+    if (devices_) {
+      if (*devices_ < 1) return Status::Invalid("--devices: must be at least 1, got " + std::to_string(*devices_));
+      request.cluster.devices = *devices_;
+      if (request.cluster.devices_per_node && request.cluster.devices % *request.cluster.devices_per_node != 0) {
+        request.cluster.devices_per_node.reset();  // a what-if that breaks the node layout: one node
+      }
+    }
+    if (memory_) {
+      Expected<int64_t> bytes = ParseBytes(*memory_);
+      if (!bytes.ok()) return bytes.status().WithContext("--memory");
+      if (*bytes <= 0) return Status::Invalid("--memory: must be more than 0");
+      request.cluster.device_memory_bytes = *bytes;
+    }
+    const auto positive = [](const std::optional<int>& value, const char* flag) {
+      return !value || *value >= 1 ? Status::Ok()
+                                   : Status::Invalid(std::string(flag) + ": must be at least 1, got " + std::to_string(*value));
+    };
+    GPIPE_RETURN_IF_ERROR(positive(stages_, "--stages"));
+    GPIPE_RETURN_IF_ERROR(positive(replicas_, "--replicas"));
+    GPIPE_RETURN_IF_ERROR(positive(microbatches_, "--microbatches"));
+    GPIPE_RETURN_IF_ERROR(positive(chunks_, "--chunks"));
+    request.ranks = stages_;
+    request.replicas = replicas_;
+    request.microbatches = microbatches_;
+    request.chunks = chunks_;
+    if (schedule_) {
+      Expected<ScheduleKind> kind = ParseScheduleKind(*schedule_);
+      if (!kind.ok()) return kind.status().WithContext("--schedule");
+      request.schedule = *kind;
+    }
+    Expected<RematPolicy> remat = ParseRematPolicy(remat_);
+    if (!remat.ok()) return remat.status().WithContext("--remat");
+    request.remat = *remat;
+    if (placement_) {
+      Expected<Placement> placement = ParsePlacement(*placement_);
+      if (!placement.ok()) return placement.status().WithContext("--placement");
+      request.placement = *placement;
+    }
+    request.optimizer = DefaultOptimizer(request.profile);
+    if (optimizer_) {
+      Expected<Optimizer> optimizer = ParseOptimizer(*optimizer_);
+      if (!optimizer.ok()) return optimizer.status().WithContext("--optimizer");
+      request.optimizer = *optimizer;
+    }
+    if (max_nodes_ < 1) return Status::Invalid("--max-nodes: must be at least 1");
+    request.max_nodes = max_nodes_;
+    return request;
+  }
+
+  static int Fail(std::ostream& err, const Status& status) {
+    err << "gpipe-plan plan: " << status.message() << "\n";
+    return kExitFailure;
+  }
+
+  std::string profile_path_, cluster_path_, output_path_, trace_path_, svg_path_, remat_ = "auto";
+  int64_t global_batch_ = 0;
+  int64_t max_nodes_ = 200'000;
+  std::optional<int> devices_, stages_, replicas_, microbatches_, chunks_;
+  std::optional<std::string> memory_, schedule_, placement_, optimizer_;
+  bool json_ = false;
+  bool quiet_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakePlanCommand(CLI::App& app) { return std::make_unique<PlanCommand>(app); }
+
+}  // namespace gpipe::cli
