@@ -66,6 +66,7 @@ class Search {
     for (int l = layers_ - 2; l >= 0; --l) min_output_from_[l] = std::min(min_output_from_[l + 1], table_.OutputBytes(l));
     total_forward_ = table_.ForwardMs(0, layers_);
     total_backward_ = table_.BackwardMs(0, layers_);
+    total_input_gradient_ = total_backward_ - table_.WeightMs(0, layers_);
     ends_.assign(stages_, 0);
     remat_.assign(stages_, false);
   }
@@ -134,11 +135,13 @@ class Search {
     }
     Expected<CostModel> costs = BuildCostModel(plan);
     if (!costs.ok()) return;
-    for (int r = 0; r < p_.ranks; ++r) {
-      if (RankMemoryPeak(evaluator_.schedule(), r, costs->stages).peak_bytes > Limit()) return;
-    }
     const double step = evaluator_.StepTimeMs(*costs);
     if (step < best_) {
+      // Every stage was admitted by its memory frontier; confirm with the simulator's own walk
+      // (the two may differ in the last bits).
+      for (int r = 0; r < p_.ranks; ++r) {
+        if (RankMemoryPeak(evaluator_.schedule(), r, costs->stages).peak_bytes > Limit()) return;
+      }
       best_ = step;
       result_.step_time_ms = step;
       result_.plan = plan;
@@ -163,8 +166,15 @@ class Search {
     const double m = p_.microbatches;
     if (split_) {
       const double work = c.forward_ms + recompute + c.backward_ms;
+      // Micro-batch 0 must go all the way and its input gradient come back before rank q's
+      // first I; then the rank still runs all its I and W and its forwards not yet run.
+      // The input gradients of the stages after q: all of them less q's and those before it
+      // (at most `tail`, which also counts their recompute and messages).
+      const double after = std::max(0.0, total_input_gradient_ - c.backward_input_ms - tail);
+      const double round_trip = total_forward_ + after + m * (recompute + c.backward_ms) +
+                                (m - forwards_first_[q]) * c.forward_ms;
       return std::max({head + m * work + AllReduceMs(q, param_bytes),
-                       head + m * (c.forward_ms + recompute + c.backward_input_ms) + tail});
+                       head + m * (c.forward_ms + recompute + c.backward_input_ms) + tail, round_trip});
     }
     const double backward = c.backward_ms + recompute;
     const double work = c.forward_ms + backward;
@@ -401,6 +411,7 @@ class Search {
   std::vector<double> min_output_from_;
   double total_forward_ = 0;
   double total_backward_ = 0;
+  double total_input_gradient_ = 0;
   std::vector<int> ends_;
   std::vector<char> remat_;
   // Interleaved search state: work placed per rank; the first round's forwards and backwards
