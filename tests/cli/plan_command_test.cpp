@@ -1,0 +1,115 @@
+// gpipe-plan plan, run in-process: the table, the JSON that simulate accepts, pins, infeasible
+// budgets and bad flags.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+
+namespace gpipe::cli {
+namespace {
+
+const std::string kProfiles = std::string(GPIPE_SOURCE_DIR) + "/profiles/";
+
+struct Outcome {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+Outcome Cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "gpipe-plan");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {code, out.str(), err.str()};
+}
+
+std::vector<std::string> Tiny(std::vector<std::string> more) {
+  std::vector<std::string> args = {"plan", "--profile", kProfiles + "tiny-gpt-cpu.json", "--cluster",
+                                   kProfiles + "clusters/cpu-2.json", "--global-batch", "64", "-q"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(PlanCommand, PrintsTheBestPlanAndAlternatives) {
+  const Outcome o = Cli(Tiny({}));
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  for (const char* words : {"best plan:", "proven optimal", "step time", "bubble", "alternatives", "fits"}) {
+    EXPECT_NE(o.out.find(words), std::string::npos) << words << "\n" << o.out;
+  }
+}
+
+TEST(PlanCommand, WritesAPlanThatSimulateRunsWithTheSameStep) {
+  const std::string path = testing::TempDir() + "/planned.json";
+  const Outcome o = Cli(Tiny({"--stages", "2", "-o", path}));
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  std::ifstream in(path);
+  const nlohmann::json plan = nlohmann::json::parse(in);
+  EXPECT_EQ(plan["format"], "gpipe-plan/1");
+  EXPECT_EQ(plan["stages"].size(), 2u);
+  const Outcome simulated = Cli({"simulate", path, "--json"});
+  ASSERT_EQ(simulated.code, kExitOk) << simulated.err;
+  const nlohmann::json sim = nlohmann::json::parse(simulated.out);
+  EXPECT_EQ(sim["step_time_ms"], plan["prediction"]["step_time_ms"]);
+  EXPECT_EQ(sim["bubble_fraction"], plan["prediction"]["bubble_fraction"]);
+}
+
+TEST(PlanCommand, JsonHasThePredictionAndTheAlternatives) {
+  const Outcome o = Cli(Tiny({"--json"}));
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  EXPECT_GT(j["prediction"]["step_time_ms"].get<double>(), 0);
+  EXPECT_GT(j["prediction"]["throughput_samples_per_s"].get<double>(), 0);
+  EXPECT_TRUE(j["prediction"]["proven_optimal"].get<bool>());
+  EXPECT_FALSE(j["alternatives"].empty());
+}
+
+TEST(PlanCommand, TightMemoryTurnsOnRematWhereNeeded) {
+  // Without remat rank 0 needs 44.5 MiB and rank 1 47.1 MiB: at 45 MiB only rank 1 recomputes.
+  const Outcome o = Cli(Tiny({"--stages", "2", "--microbatches", "2", "--schedule", "gpipe", "--memory", "45MiB", "--json"}));
+  ASSERT_EQ(o.code, kExitOk) << o.err << o.out;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  int remat = 0;
+  for (const nlohmann::json& stage : j["stages"]) remat += stage["remat"].get<bool>() ? 1 : 0;
+  EXPECT_EQ(remat, 1);
+  for (const nlohmann::json& rank : j["prediction"]["ranks"]) {
+    EXPECT_LE(rank["peak_memory_bytes"].get<double>(), 45.0 * (1 << 20));
+  }
+}
+
+TEST(PlanCommand, InfeasibleBudgetsSayWhatWouldHelp) {
+  const Outcome o = Cli(Tiny({"--memory", "1MiB"}));
+  EXPECT_EQ(o.code, kExitFailure);
+  for (const char* words : {"No plan fits in 1.00 MiB per device", "overflows", "over:",
+                            "The smallest plan", "What would help: more devices"}) {
+    EXPECT_NE(o.out.find(words), std::string::npos) << words << "\n" << o.out;
+  }
+}
+
+TEST(PlanCommand, BadFlagsGetOneLine) {
+  const std::pair<std::vector<std::string>, const char*> cases[] = {
+      {{"--stages", "7"}, "--stages 7 is more than the profile's 6 layers"},
+      {{"--schedule", "1f1f"}, "--schedule: unknown schedule \"1f1f\""},
+      {{"--remat", "sometimes"}, "--remat: unknown remat policy \"sometimes\"; known: off, on, auto"},
+      {{"--memory", "80 gigs"}, "--memory: \"80 gigs\" is not a byte size"},
+      {{"--microbatches", "5"}, "does not split into 5 micro-batches"},
+      {{"--devices", "0"}, "--devices: must be at least 1, got 0"},
+  };
+  for (const auto& [flags, expected] : cases) {
+    const Outcome o = Cli(Tiny(flags));
+    EXPECT_EQ(o.code, kExitFailure) << expected;
+    EXPECT_NE(o.err.find(expected), std::string::npos) << o.err;
+    EXPECT_EQ(o.err.find('\n'), o.err.size() - 1) << "not one line: " << o.err;
+  }
+  const Outcome missing = Cli({"plan", "--profile", kProfiles + "tiny-gpt-cpu.json"});
+  EXPECT_EQ(missing.code, kExitUsage);
+  EXPECT_NE(missing.err.find("--cluster"), std::string::npos) << missing.err;
+}
+
+}  // namespace
+}  // namespace gpipe::cli
