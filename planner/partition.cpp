@@ -28,28 +28,26 @@ constexpr std::array<std::pair<RematPolicy, const char*>, 3> kRematNames = {{
 
 class Search {
  public:
-  Search(const PartitionProblem& problem, Schedule schedule)
+  Search(const PartitionProblem& problem)
       : p_(problem),
         table_(*problem.profile, static_cast<double>(problem.global_batch) /
                                      (static_cast<double>(problem.replicas) * problem.microbatches) /
                                      static_cast<double>(problem.profile->microbatch_size),
                problem.optimizer),
         skeleton_(PlanSkeleton(problem)),
-        evaluator_(schedule),
         layers_(table_.num_layers()),
         stages_(problem.ranks * problem.chunks),
         split_(problem.schedule == ScheduleKind::kZbH1) {
-    const Schedule& s = evaluator_.schedule();
     const int ranks = p_.ranks;
     // Memory frontiers for every remat choice of every rank, built when first needed.
     frontiers_.resize(ranks);
     for (int r = 0; r < ranks; ++r) frontiers_[r].resize(1 << p_.chunks);
-    // Forwards before the first backward, per rank (one stage per rank).
     forwards_first_.assign(ranks, 0);
-    for (int r = 0; r < ranks; ++r) {
-      for (const Action& a : s.ranks[r]) {
-        if (a.op == Op::kForward) ++forwards_first_[r];
-        if (a.op == Op::kBackward || a.op == Op::kBackwardInput) break;
+    in_flight_.assign(ranks, 0);
+    if (p_.chunks == 1) {
+      for (int r = 0; r < ranks; ++r) {
+        forwards_first_[r] = ForwardsBeforeFirstBackward(p_.schedule, ranks, p_.microbatches, r);
+        in_flight_[r] = MaxInFlight(p_.schedule, ranks, p_.microbatches, r);
       }
     }
     links_.assign(ranks, std::vector<Link>(ranks));
@@ -87,7 +85,9 @@ class Search {
     return lo;
   }
 
-  PartitionResult Run() {
+  // REQUIRES: `schedule` is the problem's lowered schedule.
+  PartitionResult Run(const Schedule& schedule) {
+    evaluator_ = std::make_unique<StepEvaluator>(schedule);
     best_ = p_.cutoff_ms;
     if (p_.chunks == 1) {
       SeedIncumbent();
@@ -114,7 +114,7 @@ class Search {
     if (!frontier) {
       std::vector<bool> remat(p_.chunks);
       for (int c = 0; c < p_.chunks; ++c) remat[c] = (mask >> c) & 1;
-      frontier = std::make_unique<MemoryFrontier>(evaluator_.schedule(), rank, remat);
+      frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank, remat);
     }
     return *frontier;
   }
@@ -135,12 +135,12 @@ class Search {
     }
     Expected<CostModel> costs = BuildCostModel(plan);
     if (!costs.ok()) return;
-    const double step = evaluator_.StepTimeMs(*costs);
+    const double step = evaluator_->StepTimeMs(*costs);
     if (step < best_) {
       // Every stage was admitted by its memory frontier; confirm with the simulator's own walk
       // (the two may differ in the last bits).
       for (int r = 0; r < p_.ranks; ++r) {
-        if (RankMemoryPeak(evaluator_.schedule(), r, costs->stages).peak_bytes > Limit()) return;
+        if (RankMemoryPeak(evaluator_->schedule(), r, costs->stages).peak_bytes > Limit()) return;
       }
       best_ = step;
       result_.step_time_ms = step;
@@ -189,7 +189,7 @@ class Search {
     const double backward = table_.BackwardMs(a, e);
     const double activation = table_.ActivationBytes(a, e);
     const double static_bytes = table_.StaticBytes(a, e);
-    const double stashed = static_bytes + Frontier(q, 0).max_in_flight() * activation;
+    const double stashed = static_bytes + in_flight_[q] * activation;
     bool remat = p_.remat == RematPolicy::kOn;
     if (!remat && stashed > Limit()) {
       if (p_.remat == RematPolicy::kOff) return kInfinity;
@@ -399,12 +399,13 @@ class Search {
   const PartitionProblem& p_;
   LayerTable table_;
   Plan skeleton_;
-  StepEvaluator evaluator_;
+  std::unique_ptr<StepEvaluator> evaluator_;  // built by Run: bounds need no schedule
   int layers_;
   int stages_;
   bool split_;
   mutable std::vector<std::vector<std::unique_ptr<MemoryFrontier>>> frontiers_;
   std::vector<int> forwards_first_;
+  std::vector<int> in_flight_;
   std::vector<std::vector<Link>> links_;
   std::vector<std::vector<int>> ring_devices_;
   // min_output_from_[l]: the smallest message a boundary after layer l or later can carry.
@@ -490,25 +491,19 @@ Status CheckProblem(const PartitionProblem& problem) {
   return Status::Ok();
 }
 
-Expected<std::unique_ptr<Search>> MakeSearch(const PartitionProblem& problem) {
+}  // namespace
+
+double PartitionLowerBound(const PartitionProblem& problem) {
+  if (!CheckProblem(problem).ok()) return kInfinity;
+  return Search(problem).RootBound();
+}
+
+Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {
   GPIPE_RETURN_IF_ERROR(CheckProblem(problem));
   Expected<Schedule> compute = GenerateSchedule(problem.schedule, problem.ranks, problem.ranks * problem.chunks,
                                                 problem.microbatches);
   if (!compute.ok()) return compute.status();
-  return std::make_unique<Search>(problem, AddCommunication(*compute));
-}
-
-}  // namespace
-
-double PartitionLowerBound(const PartitionProblem& problem) {
-  Expected<std::unique_ptr<Search>> search = MakeSearch(problem);
-  return search.ok() ? (*search)->RootBound() : kInfinity;
-}
-
-Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {
-  Expected<std::unique_ptr<Search>> search = MakeSearch(problem);
-  if (!search.ok()) return search.status();
-  return (*search)->Run();
+  return Search(problem).Run(AddCommunication(*compute));
 }
 
 }  // namespace gpipe

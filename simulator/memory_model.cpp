@@ -1,7 +1,6 @@
 #include "simulator/memory_model.h"
 
 #include <algorithm>
-#include <set>
 
 namespace gpipe {
 
@@ -121,7 +120,7 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
   std::vector<int> counts(width_, 0);
   // Distinct count vectors met right after an action's start (frees at an action's end never
   // make a new peak).
-  std::set<std::vector<int>> seen;
+  std::vector<std::vector<int>> seen;
   int in_flight = 0;
   const auto apply = [&](const MemoryCounts& n, int at) {
     counts[at + 0] += n.stash;
@@ -135,9 +134,12 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
     const int i = slot[a.stage];
     const SymbolicEffect e = SymbolicEffectOf(a, remat[i], ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
     apply(e.at_start, 4 * i);
-    seen.insert(counts);
+    const MemoryCounts& n = e.at_start;
+    if (n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0) seen.push_back(counts);
     apply(e.at_end, 4 * i);
   }
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
   // Keep the vectors no other vector dominates: in descending order, a vector's dominators come
   // before it.
   for (auto it = seen.rbegin(); it != seen.rend(); ++it) {

@@ -95,6 +95,21 @@ Schedule GenerateZbH1(int ranks, int microbatches) {
   return schedule;
 }
 
+int ForwardsBeforeFirstBackward(ScheduleKind kind, int ranks, int microbatches, int rank) {
+  return kind == ScheduleKind::kGpipe ? microbatches : std::min(ranks - rank, microbatches);
+}
+
+int MaxInFlight(ScheduleKind kind, int ranks, int microbatches, int rank) {
+  switch (kind) {
+    case ScheduleKind::kGpipe: return microbatches;
+    case ScheduleKind::k1F1B: return std::min(ranks - rank, microbatches);
+    // W passes run r slots late on rank r, so every rank reaches rank 0's count.
+    case ScheduleKind::kZbH1: return std::min(ranks, microbatches);
+    case ScheduleKind::kInterleaved1F1B: break;
+  }
+  return microbatches;
+}
+
 Expected<Schedule> GenerateSchedule(ScheduleKind kind, int ranks, int stages, int microbatches) {
   if (ranks < 1) return Status::Invalid("a schedule needs at least one rank, got " + std::to_string(ranks));
   if (microbatches < 1) {

@@ -27,6 +27,13 @@ Schedule Generate1F1B(int ranks, int microbatches);
 Schedule GenerateInterleaved1F1B(int ranks, int chunks, int microbatches);
 Schedule GenerateZbH1(int ranks, int microbatches);
 
+/// Closed forms for one-stage-per-rank schedules (gpipe, 1f1b, zb-h1), read by the planner's
+/// bounds without generating the schedule (tests check them against the generators):
+/// the forwards rank r runs before its first backward (B or I), and the most micro-batches whose
+/// activations it holds at once.
+int ForwardsBeforeFirstBackward(ScheduleKind kind, int ranks, int microbatches, int rank);
+int MaxInFlight(ScheduleKind kind, int ranks, int microbatches, int rank);
+
 /// The compute-only schedule of `kind` for `stages` stages over `ranks` ranks; errors explain
 /// a shape the schedule cannot take.
 Expected<Schedule> GenerateSchedule(ScheduleKind kind, int ranks, int stages, int microbatches);

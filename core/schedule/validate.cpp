@@ -142,19 +142,20 @@ Status ValidateSchedule(const Schedule& schedule, Lowering lowering) {
   for (int r = 0; r < ranks; ++r) {
     for (size_t p = 0; p < schedule.ranks[r].size(); ++p) {
       const Action& a = schedule.ranks[r][p];
-      const std::string where = "schedule: rank " + std::to_string(r) + " action " + std::to_string(p) +
-                                " (" + ActionToText(a) + ")";
-      if (a.stage < 0 || a.stage >= stages) return Status::Invalid(where + ": no stage " + std::to_string(a.stage));
+      const auto where = [&] {
+        return "schedule: rank " + std::to_string(r) + " action " + std::to_string(p) + " (" + ActionToText(a) + ")";
+      };
+      if (a.stage < 0 || a.stage >= stages) return Status::Invalid(where() + ": no stage " + std::to_string(a.stage));
       if (a.microbatch < 0 || a.microbatch >= microbatches) {
-        return Status::Invalid(where + ": no micro-batch " + std::to_string(a.microbatch) + " (M = " +
+        return Status::Invalid(where() + ": no micro-batch " + std::to_string(a.microbatch) + " (M = " +
                                std::to_string(microbatches) + ")");
       }
       if (schedule.stage_rank[a.stage] != r) {
-        return Status::Invalid(where + ": stage " + std::to_string(a.stage) + " runs on rank " +
+        return Status::Invalid(where() + ": stage " + std::to_string(a.stage) + " runs on rank " +
                                std::to_string(schedule.stage_rank[a.stage]));
       }
       if (lowering == Lowering::kComputeOnly && !IsCompute(a.op)) {
-        return Status::Invalid(where + ": a compute-only schedule has no sends or receives");
+        return Status::Invalid(where() + ": a compute-only schedule has no sends or receives");
       }
       index.Add(a, static_cast<int>(p));
     }

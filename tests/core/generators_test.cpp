@@ -87,6 +87,31 @@ TEST(Generators, EveryShapeIsValidAndDeadlockFree) {
   }
 }
 
+TEST(Generators, ClosedFormsMatchTheLists) {
+  for (ScheduleKind kind : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+    for (int ranks : {1, 2, 3, 5, 8}) {
+      for (int microbatches : {1, 2, 4, 7, 16}) {
+        const Schedule s = *GenerateSchedule(kind, ranks, ranks, microbatches);
+        for (int r = 0; r < ranks; ++r) {
+          int forwards = 0, first = -1, in_flight = 0, most = 0;
+          for (const Action& a : s.ranks[r]) {
+            if (a.op == Op::kForward) {
+              most = std::max(most, ++in_flight);
+              if (first < 0) ++forwards;
+            }
+            if ((a.op == Op::kBackward || a.op == Op::kBackwardInput) && first < 0) first = forwards;
+            if (a.op == Op::kBackward || a.op == Op::kBackwardWeight) --in_flight;
+          }
+          const std::string at = std::string(ScheduleName(kind)) + " K=" + std::to_string(ranks) +
+                                 " M=" + std::to_string(microbatches) + " r=" + std::to_string(r);
+          EXPECT_EQ(ForwardsBeforeFirstBackward(kind, ranks, microbatches, r), first) << at;
+          EXPECT_EQ(MaxInFlight(kind, ranks, microbatches, r), most) << at;
+        }
+      }
+    }
+  }
+}
+
 TEST(Generators, RefuseShapesTheyCannotTake) {
   const auto message = [](Expected<Schedule> s) { return s.ok() ? std::string("ok") : s.status().message(); };
   EXPECT_NE(message(GenerateSchedule(ScheduleKind::kInterleaved1F1B, 4, 8, 6)).find("multiple of the 4 ranks"),
