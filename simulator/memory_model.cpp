@@ -118,9 +118,6 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
   }
   width_ = 4 * stages_.size();
   std::vector<int> counts(width_, 0);
-  // Distinct count vectors met right after an action's start (frees at an action's end never
-  // make a new peak).
-  std::vector<std::vector<int>> seen;
   int in_flight = 0;
   const auto apply = [&](const MemoryCounts& n, int at) {
     counts[at + 0] += n.stash;
@@ -130,26 +127,38 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
     in_flight += n.in_flight;
     max_in_flight_ = std::max(max_in_flight_, in_flight);
   };
+  // The count vectors met right after an action's start (frees at an action's end never make a
+  // new peak), flattened, without immediate repeats.
+  std::vector<int> seen;
   for (const Action& a : schedule.ranks[rank]) {
     const int i = slot[a.stage];
     const SymbolicEffect e = SymbolicEffectOf(a, remat[i], ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
     apply(e.at_start, 4 * i);
     const MemoryCounts& n = e.at_start;
-    if (n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0) seen.push_back(counts);
+    const bool grew = n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0;
+    if (grew && (seen.size() < width_ || !std::equal(counts.begin(), counts.end(), seen.end() - static_cast<std::ptrdiff_t>(width_)))) {
+      seen.insert(seen.end(), counts.begin(), counts.end());
+    }
     apply(e.at_end, 4 * i);
   }
-  std::sort(seen.begin(), seen.end());
-  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-  // Keep the vectors no other vector dominates: in descending order, a vector's dominators come
-  // before it.
-  for (auto it = seen.rbegin(); it != seen.rend(); ++it) {
-    bool dominated = false;
-    for (size_t k = 0; k < vectors_.size() && !dominated; k += width_) {
-      bool all_ge = true;
-      for (size_t d = 0; d < width_ && all_ge; ++d) all_ge = vectors_[k + d] >= (*it)[d];
-      dominated = all_ge;
+  // Distinct vectors in descending order; keep those no earlier (larger) kept vector covers.
+  const size_t n = seen.size() / width_;
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i * width_;
+  const auto at = [&](size_t offset) { return seen.begin() + static_cast<std::ptrdiff_t>(offset); };
+  const auto w = static_cast<std::ptrdiff_t>(width_);
+  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+    return std::lexicographical_compare(at(y), at(y) + w, at(x), at(x) + w);
+  });
+  order.erase(std::unique(order.begin(), order.end(), [&](size_t x, size_t y) { return std::equal(at(x), at(x) + w, at(y)); }),
+              order.end());
+  for (size_t offset : order) {
+    bool covered = false;
+    for (size_t k = 0; k < vectors_.size() && !covered; k += width_) {
+      covered = true;
+      for (size_t d = 0; d < width_ && covered; ++d) covered = vectors_[k + d] >= seen[offset + d];
     }
-    if (!dominated) vectors_.insert(vectors_.end(), it->begin(), it->end());
+    if (!covered) vectors_.insert(vectors_.end(), at(offset), at(offset) + w);
   }
 }
 
