@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -26,6 +27,36 @@ constexpr double kTieFraction = 1e-12;
 constexpr std::array<std::pair<RematPolicy, const char*>, 3> kRematNames = {{
     {RematPolicy::kOff, "off"}, {RematPolicy::kOn, "on"}, {RematPolicy::kAuto, "auto"}}};
 
+// What depends only on a schedule's shape (kind, K, v, M), shared by configurations that differ
+// in replicas, placement or memory: the step evaluator and the ranks' memory frontiers.
+struct ShapeData {
+  std::unique_ptr<StepEvaluator> evaluator;
+  // frontiers[rank][remat mask], built when first needed.
+  std::vector<std::vector<std::unique_ptr<MemoryFrontier>>> frontiers;
+};
+
+// The ShapeData of `problem`'s shape, from a small cache (the planner asks for the same shapes
+// again and again while it searches replicas and placements).
+ShapeData& ShapeFor(const PartitionProblem& problem) {
+  using Key = std::array<int, 4>;
+  static std::map<Key, std::unique_ptr<ShapeData>> cache;
+  const Key key = {static_cast<int>(problem.schedule), problem.ranks, problem.chunks, problem.microbatches};
+  std::unique_ptr<ShapeData>& entry = cache[key];
+  if (!entry) {
+    if (cache.size() > 64) {
+      cache.clear();
+      return ShapeFor(problem);
+    }
+    entry = std::make_unique<ShapeData>();
+    const Schedule compute =
+        *GenerateSchedule(problem.schedule, problem.ranks, problem.ranks * problem.chunks, problem.microbatches);
+    entry->evaluator = std::make_unique<StepEvaluator>(AddCommunication(compute));
+    entry->frontiers.resize(problem.ranks);
+    for (auto& row : entry->frontiers) row.resize(1 << problem.chunks);
+  }
+  return *entry;
+}
+
 class Search {
  public:
   Search(const PartitionProblem& problem)
@@ -39,9 +70,6 @@ class Search {
         stages_(problem.ranks * problem.chunks),
         split_(problem.schedule == ScheduleKind::kZbH1) {
     const int ranks = p_.ranks;
-    // Memory frontiers for every remat choice of every rank, built when first needed.
-    frontiers_.resize(ranks);
-    for (int r = 0; r < ranks; ++r) frontiers_[r].resize(1 << p_.chunks);
     forwards_first_.assign(ranks, 0);
     in_flight_.assign(ranks, 0);
     if (p_.chunks == 1) {
@@ -85,9 +113,10 @@ class Search {
     return lo;
   }
 
-  // REQUIRES: `schedule` is the problem's lowered schedule.
-  PartitionResult Run(const Schedule& schedule) {
-    evaluator_ = std::make_unique<StepEvaluator>(schedule);
+  // REQUIRES: the problem passed CheckProblem and its schedule generates.
+  PartitionResult Run() {
+    shape_ = &ShapeFor(p_);
+    evaluator_ = shape_->evaluator.get();
     best_ = p_.cutoff_ms;
     if (p_.chunks == 1) {
       SeedIncumbent();
@@ -110,7 +139,7 @@ class Search {
     return p_.replicas > 1 ? RingAllReduceMs(*p_.cluster, ring_devices_[rank], param_bytes) : 0.0;
   }
   const MemoryFrontier& Frontier(int rank, int mask) const {
-    std::unique_ptr<MemoryFrontier>& frontier = frontiers_[rank][mask];
+    std::unique_ptr<MemoryFrontier>& frontier = shape_->frontiers[rank][mask];
     if (!frontier) {
       std::vector<bool> remat(p_.chunks);
       for (int c = 0; c < p_.chunks; ++c) remat[c] = (mask >> c) & 1;
@@ -399,11 +428,12 @@ class Search {
   const PartitionProblem& p_;
   LayerTable table_;
   Plan skeleton_;
-  std::unique_ptr<StepEvaluator> evaluator_;  // built by Run: bounds need no schedule
+  // Set by Run (bounds need no schedule).
+  ShapeData* shape_ = nullptr;
+  StepEvaluator* evaluator_ = nullptr;
   int layers_;
   int stages_;
   bool split_;
-  mutable std::vector<std::vector<std::unique_ptr<MemoryFrontier>>> frontiers_;
   std::vector<int> forwards_first_;
   std::vector<int> in_flight_;
   std::vector<std::vector<Link>> links_;
@@ -503,7 +533,7 @@ Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {
   Expected<Schedule> compute = GenerateSchedule(problem.schedule, problem.ranks, problem.ranks * problem.chunks,
                                                 problem.microbatches);
   if (!compute.ok()) return compute.status();
-  return Search(problem).Run(AddCommunication(*compute));
+  return Search(problem).Run();
 }
 
 }  // namespace gpipe
