@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "cli/commands.h"
+#include "cli/pictures.h"
 #include "core/files.h"
 #include "core/plan.h"
 #include "core/schedule/validate.h"
@@ -14,8 +15,6 @@
 #include "simulator/cost_model.h"
 #include "simulator/report.h"
 #include "simulator/simulator.h"
-#include "simulator/svg.h"
-#include "simulator/trace.h"
 
 namespace gpipe::cli {
 namespace {
@@ -39,8 +38,7 @@ class PlanCommand : public Command {
     app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration (default 200000)");
     app.add_option("-o,--output", output_path_, "Write the plan (gpipe-plan/1) to this file");
     app.add_flag("--json", json_, "Print the plan with its prediction as JSON instead of the table");
-    app.add_option("--trace", trace_path_, "Write the best plan's simulated Chrome trace");
-    app.add_option("--svg", svg_path_, "Draw the best plan's simulated timeline");
+    pictures_.Add(app, "the best plan's simulated timeline");
     app.add_flag("-q,--quiet", quiet_, "No progress lines on stderr");
     app.footer(
         "Examples:\n"
@@ -81,18 +79,11 @@ class PlanCommand : public Command {
       if (!written.ok()) return Fail(err, written);
       if (!json_) out << "\nplan written to " << output_path_ << "\n";
     }
-    if (!trace_path_.empty() || !svg_path_.empty()) {
+    if (pictures_.any()) {
       const Plan& plan = result->best->plan;
       const SimResult sim = *Simulate(*BuildSchedule(plan), *BuildCostModel(plan));
-      const Timeline timeline = TimelineFromSim(sim, PlanTitle(plan, "planned"));
-      if (!trace_path_.empty()) {
-        const Status written = WriteChromeTrace(trace_path_, timeline);
-        if (!written.ok()) return Fail(err, written);
-      }
-      if (!svg_path_.empty()) {
-        const Status written = WriteSvg(svg_path_, timeline);
-        if (!written.ok()) return Fail(err, written);
-      }
+      const Status written = pictures_.Write(TimelineFromSim(sim, PlanTitle(plan, "planned")));
+      if (!written.ok()) return Fail(err, written);
     }
     return kExitOk;
   }
@@ -162,7 +153,8 @@ class PlanCommand : public Command {
     return kExitFailure;
   }
 
-  std::string profile_path_, cluster_path_, output_path_, trace_path_, svg_path_, remat_ = "auto";
+  std::string profile_path_, cluster_path_, output_path_, remat_ = "auto";
+  PictureFlags pictures_;
   int64_t global_batch_ = 0;
   int64_t max_nodes_ = 200'000;
   std::optional<int> devices_, stages_, replicas_, microbatches_, chunks_;

@@ -2,13 +2,12 @@
 #include <ostream>
 
 #include "cli/commands.h"
+#include "cli/pictures.h"
 #include "core/plan.h"
 #include "core/schedule/validate.h"
 #include "simulator/cost_model.h"
 #include "simulator/report.h"
 #include "simulator/simulator.h"
-#include "simulator/svg.h"
-#include "simulator/trace.h"
 
 namespace gpipe::cli {
 namespace {
@@ -18,8 +17,7 @@ class SimulateCommand : public Command {
   explicit SimulateCommand(CLI::App& app) {
     app.add_option("PLAN", plan_path_, "A gpipe-plan/1 file (see docs/formats.md)")->required();
     app.add_flag("--json", json_, "Print one JSON object instead of the table");
-    app.add_option("--trace", trace_path_, "Write a Chrome trace-event file (open it in Perfetto)");
-    app.add_option("--svg", svg_path_, "Draw the timeline as an SVG picture");
+    pictures_.Add(app, "the simulated timeline");
     app.add_flag("--print-schedule", print_schedule_, "Print each rank's action list (text form, e.g. 1F0)");
     app.footer(
         "Examples:\n"
@@ -38,24 +36,19 @@ class SimulateCommand : public Command {
     Expected<CostModel> costs = BuildCostModel(*plan);
     if (!costs.ok()) return Fail(err, costs.status().WithContext(plan_path_));
     SimOptions options;
-    options.record_timeline = !trace_path_.empty() || !svg_path_.empty();
+    options.record_timeline = pictures_.any();
     Expected<SimResult> result = Simulate(*schedule, *costs, options);
     if (!result.ok()) return Fail(err, result.status());
-    const Timeline timeline = TimelineFromSim(*result, PlanTitle(*plan, "simulated"));
-    if (!trace_path_.empty()) {
-      const Status written = WriteChromeTrace(trace_path_, timeline);
-      if (!written.ok()) return Fail(err, written);
-    }
-    if (!svg_path_.empty()) {
-      const Status written = WriteSvg(svg_path_, timeline);
-      if (!written.ok()) return Fail(err, written);
-    }
+    const Status written = pictures_.Write(TimelineFromSim(*result, PlanTitle(*plan, "simulated")));
+    if (!written.ok()) return Fail(err, written);
     if (json_) {
       out << SimResultToJson(*plan, *result).dump(2) << "\n";
     } else {
       out << FormatSimSummary(*plan, *costs, *result);
-      if (!trace_path_.empty()) out << "trace written to " << trace_path_ << " (open in https://ui.perfetto.dev)\n";
-      if (!svg_path_.empty()) out << "timeline drawn in " << svg_path_ << "\n";
+      if (!pictures_.trace_path.empty()) {
+        out << "trace written to " << pictures_.trace_path << " (open in https://ui.perfetto.dev)\n";
+      }
+      if (!pictures_.svg_path.empty()) out << "timeline drawn in " << pictures_.svg_path << "\n";
     }
     if (print_schedule_) out << "\n" << ScheduleToText(*schedule);
     return kExitOk;
@@ -68,8 +61,7 @@ class SimulateCommand : public Command {
   }
 
   std::string plan_path_;
-  std::string trace_path_;
-  std::string svg_path_;
+  PictureFlags pictures_;
   bool json_ = false;
   bool print_schedule_ = false;
 };

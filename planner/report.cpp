@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/schedule/validate.h"
+#include "core/text.h"
 #include "core/units.h"
 #include "simulator/cost_model.h"
 #include "simulator/report.h"
@@ -13,17 +14,6 @@
 
 namespace gpipe {
 namespace {
-
-std::string Format(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
-
-std::string Pad(std::string text, size_t width) {
-  if (text.size() < width) text += std::string(width - text.size(), ' ');
-  return text + " ";
-}
 
 std::string Shape(const Plan& plan) {
   std::string text = std::string(ScheduleName(plan.schedule));

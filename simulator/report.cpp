@@ -3,21 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "core/text.h"
 #include "core/units.h"
 
 namespace gpipe {
 namespace {
-
-std::string Format(const char* format, double value) {
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
-
-std::string Pad(std::string text, size_t width) {
-  if (text.size() < width) text += std::string(width - text.size(), ' ');
-  return text + " ";
-}
 
 std::string StagesOf(const Plan& plan, int rank, bool layers) {
   std::string text;

@@ -8,26 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "tests/cli/run_cli.h"
 
 namespace gpipe::cli {
 namespace {
 
 const std::string kProfiles = std::string(GPIPE_SOURCE_DIR) + "/profiles/";
 
-struct Outcome {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Outcome Cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "gpipe-plan");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
 
 std::vector<std::string> Tiny(std::vector<std::string> more) {
   std::vector<std::string> args = {"plan", "--profile", kProfiles + "tiny-gpt-cpu.json", "--cluster",

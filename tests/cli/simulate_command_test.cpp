@@ -7,26 +7,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "tests/cli/run_cli.h"
 
 namespace gpipe::cli {
 namespace {
 
 const std::string kPlans = std::string(GPIPE_SOURCE_DIR) + "/profiles/plans/";
 
-struct Outcome {
-  int code;
-  std::string out;
-  std::string err;
-};
-
-Outcome Cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "gpipe-plan");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  const int code = RunCli(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {code, out.str(), err.str()};
-}
 
 TEST(SimulateCommand, PrintsASummary) {
   const Outcome o = Cli({"simulate", kPlans + "tiny-gpt-gpipe.json"});

@@ -1,0 +1,22 @@
+// Small text helpers for the tables the subcommands print.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+namespace gpipe {
+
+/// printf-style formatting of one number, e.g. Format("%.1f%%", 12.34) == "12.3%".
+inline std::string Format(const char* format, double value) {
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+/// `text` padded with spaces to `width`, then one space: a table cell.
+inline std::string Pad(std::string text, size_t width) {
+  if (text.size() < width) text += std::string(width - text.size(), ' ');
+  return text + " ";
+}
+
+}  // namespace gpipe
