@@ -47,7 +47,7 @@ class PlanCommand : public Command {
         "  gpipe-plan plan --profile profiles/gpt3-13b-a100-80gb.json --cluster profiles/clusters/a100-80gb-32.json \\\n"
         "      --global-batch 512 --schedule 1f1b --stages 8 -o plan.json\n"
         "  gpipe-plan plan --profile profiles/tiny-gpt-cpu.json --cluster profiles/clusters/cpu-2.json --global-batch 64 \\\n"
-        "      --memory 16MiB     # a budget that forces remat on some stages\n"
+        "      --stages 2 --microbatches 2 --schedule gpipe --memory 45MiB   # only stage 1 rematerializes\n"
         "The plan written with -o runs through 'gpipe-plan simulate' as it is.");
   }
 

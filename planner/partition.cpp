@@ -59,7 +59,7 @@ ShapeData& ShapeFor(const PartitionProblem& problem) {
 
 class Search {
  public:
-  Search(const PartitionProblem& problem)
+  explicit Search(const PartitionProblem& problem)
       : p_(problem),
         table_(*problem.profile, static_cast<double>(problem.global_batch) /
                                      (static_cast<double>(problem.replicas) * problem.microbatches) /
