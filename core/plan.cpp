@@ -12,14 +12,14 @@
 namespace gpipe {
 namespace {
 
-constexpr std::array<std::pair<ScheduleKind, const char*>, 4> kScheduleNames = {{
+constexpr NameTable<ScheduleKind, 4> kScheduleNames = {{
     {ScheduleKind::kGpipe, "gpipe"},
     {ScheduleKind::k1F1B, "1f1b"},
     {ScheduleKind::kInterleaved1F1B, "interleaved-1f1b"},
     {ScheduleKind::kZbH1, "zb-h1"},
 }};
 
-constexpr std::array<std::pair<Optimizer, const char*>, 4> kOptimizerNames = {{
+constexpr NameTable<Optimizer, 4> kOptimizerNames = {{
     {Optimizer::kSgd, "sgd"},
     {Optimizer::kMomentum, "momentum"},
     {Optimizer::kAdam, "adam"},
@@ -30,22 +30,10 @@ const std::set<std::string> kKnownTop = {"format",       "profile",      "cluste
                                          "microbatches", "global_batch", "replicas",  "placement",
                                          "optimizer",    "stages"};
 
-constexpr std::array<std::pair<Placement, const char*>, 2> kPlacementNames = {{
+constexpr NameTable<Placement, 2> kPlacementNames = {{
     {Placement::kPipelineMajor, "pipeline-major"},
     {Placement::kReplicaMajor, "replica-major"},
 }};
-
-template <typename Enum, size_t N>
-Expected<Enum> ParseName(const std::array<std::pair<Enum, const char*>, N>& table,
-                         const std::string& name, const char* what) {
-  std::vector<std::string> names;
-  for (const auto& [value, text] : table) {
-    if (name == text) return value;
-    names.emplace_back(text);
-  }
-  return Status::Invalid("unknown " + std::string(what) + " \"" + name + "\"; known: " +
-                         ChoicesAndSuggestion(name, names));
-}
 
 // Reads `key` as an embedded object or as a path relative to base_dir, then parses it with
 // `parse`. Records the path in `*path`.
@@ -159,12 +147,7 @@ Status ValidateLayout(const Plan& plan, const std::string& where) {
 
 }  // namespace
 
-const char* ScheduleName(ScheduleKind kind) {
-  for (const auto& [value, text] : kScheduleNames) {
-    if (value == kind) return text;
-  }
-  return "?";
-}
+const char* ScheduleName(ScheduleKind kind) { return NameOf(kScheduleNames, kind); }
 
 Expected<ScheduleKind> ParseScheduleKind(const std::string& name) {
   return ParseName(kScheduleNames, name, "schedule");
@@ -176,21 +159,11 @@ const std::vector<ScheduleKind>& AllScheduleKinds() {
   return kinds;
 }
 
-const char* PlacementName(Placement placement) {
-  for (const auto& [value, text] : kPlacementNames) {
-    if (value == placement) return text;
-  }
-  return "?";
-}
+const char* PlacementName(Placement placement) { return NameOf(kPlacementNames, placement); }
 
 Expected<Placement> ParsePlacement(const std::string& name) { return ParseName(kPlacementNames, name, "placement"); }
 
-const char* OptimizerName(Optimizer optimizer) {
-  for (const auto& [value, text] : kOptimizerNames) {
-    if (value == optimizer) return text;
-  }
-  return "?";
-}
+const char* OptimizerName(Optimizer optimizer) { return NameOf(kOptimizerNames, optimizer); }
 
 Expected<Optimizer> ParseOptimizer(const std::string& name) {
   return ParseName(kOptimizerNames, name, "optimizer");

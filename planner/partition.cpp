@@ -24,7 +24,7 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // tie it (bounds use prefix sums, which round differently from the exact stage sums).
 constexpr double kTieFraction = 1e-12;
 
-constexpr std::array<std::pair<RematPolicy, const char*>, 3> kRematNames = {{
+constexpr NameTable<RematPolicy, 3> kRematNames = {{
     {RematPolicy::kOff, "off"}, {RematPolicy::kOn, "on"}, {RematPolicy::kAuto, "auto"}}};
 
 // What depends only on a schedule's shape (kind, K, v, M), shared by configurations that differ
@@ -456,21 +456,9 @@ class Search {
 
 }  // namespace
 
-const char* RematPolicyName(RematPolicy policy) {
-  for (const auto& [value, text] : kRematNames) {
-    if (value == policy) return text;
-  }
-  return "?";
-}
+const char* RematPolicyName(RematPolicy policy) { return NameOf(kRematNames, policy); }
 
-Expected<RematPolicy> ParseRematPolicy(const std::string& name) {
-  std::vector<std::string> names;
-  for (const auto& [value, text] : kRematNames) {
-    if (name == text) return value;
-    names.emplace_back(text);
-  }
-  return Status::Invalid("unknown remat policy \"" + name + "\"; known: " + ChoicesAndSuggestion(name, names));
-}
+Expected<RematPolicy> ParseRematPolicy(const std::string& name) { return ParseName(kRematNames, name, "remat policy"); }
 
 Plan PlanSkeleton(const PartitionProblem& problem) {
   Plan plan;
