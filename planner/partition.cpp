@@ -333,6 +333,9 @@ class Search {
   // Places stage s on rank s mod K starting at layer a. Bounds, each times M: the busiest
   // rank's work so far plus the wait before its first forward (the stages of the first round
   // before it) and after its last backward (the same stages' backwards); and the average work.
+  // Memory: a rank holds its chunks' static bytes throughout, and each chunk's activations at
+  // some moment (stashed, or recomputed under remat), so a rank whose placed chunks already
+  // exceed the limit that way is abandoned.
   void InterleavedDfs(int s, int a) {
     if (++result_.nodes >= p_.max_nodes) return;
     const int rank = s % p_.ranks;
@@ -348,7 +351,16 @@ class Search {
         head_[s + 1] = head_[s] + table_.ForwardMs(a, e);
         tail_[s + 1] = tail_[s] + table_.BackwardMs(a, e);
       }
+      const double static_bytes = table_.StaticBytes(a, e);
+      const double activation = table_.ActivationBytes(a, e);
+      // (prefix sums may round above the exact sums: allow for it before giving up)
+      if (rank_static_[rank] + static_bytes + std::max(rank_activation_[rank], activation) > Limit() * (1 + 1e-12)) {
+        break;  // grows with e
+      }
       rank_work_[rank] += work;
+      rank_static_[rank] += static_bytes;
+      const double previous_activation = rank_activation_[rank];
+      rank_activation_[rank] = std::max(previous_activation, activation);
       double bound = average;
       for (int r = 0; r < p_.ranks && r <= s; ++r) bound = std::max(bound, head_[r] + m * rank_work_[r] + tail_[r]);
       if (bound < Cutoff()) {
@@ -359,6 +371,8 @@ class Search {
         }
       }
       rank_work_[rank] -= work;
+      rank_static_[rank] -= static_bytes;
+      rank_activation_[rank] = previous_activation;
       if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
     }
   }
@@ -445,9 +459,11 @@ class Search {
   double total_input_gradient_ = 0;
   std::vector<int> ends_;
   std::vector<char> remat_;
-  // Interleaved search state: work placed per rank; the first round's forwards and backwards
-  // before each rank (head_[r], tail_[r]).
+  // Interleaved search state: work, static bytes and the largest chunk activation placed per
+  // rank; the first round's forwards and backwards before each rank (head_[r], tail_[r]).
   std::vector<double> rank_work_ = std::vector<double>(p_.ranks, 0.0);
+  std::vector<double> rank_static_ = std::vector<double>(p_.ranks, 0.0);
+  std::vector<double> rank_activation_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> head_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
   double best_ = kInfinity;

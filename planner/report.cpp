@@ -40,9 +40,14 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
   out += "searched " + std::to_string(result.searched) + " of " + std::to_string(result.configurations) +
          " configurations (" + std::to_string(result.skipped_by_bound) + " ruled out by a lower bound) in " +
          Format("%.2f", seconds) + " s; " +
-         (result.proven_optimal ? "the best plan is proven optimal"
-                                : "some searches hit their node budget, so optimality is not proven (raise --max-nodes)") +
-         "\n\n";
+         (result.proven_optimal ? "the best plan is proven optimal" : "optimality is not proven") + "\n";
+  if (!result.proven_optimal) {
+    out += std::to_string(result.unproven.size()) + " configuration searches stopped at their node budget (--max-nodes; "
+           "interleaved ones get a hundredth of it) and may hide a faster plan:";
+    for (size_t i = 0; i < result.unproven.size() && i < 6; ++i) out += (i ? ", " : " ") + result.unproven[i];
+    out += result.unproven.size() > 6 ? ", ...\n" : "\n";
+  }
+  out += "\n";
   if (!result.best) return out + ExplainInfeasible(request);
   const Candidate& best = *result.best;
   CostModel costs;
@@ -79,6 +84,7 @@ nlohmann::json PlanReportJson(const SearchResult& result) {
   const SimResult sim = Simulated(best.plan, &costs);
   json["prediction"] = SimResultToJson(best.plan, sim);
   json["prediction"]["proven_optimal"] = result.proven_optimal;
+  json["prediction"]["unproven_configurations"] = result.unproven;
   nlohmann::json alternatives = nlohmann::json::array();
   for (const Candidate& c : result.pareto) {
     alternatives.push_back({{"schedule", ScheduleName(c.plan.schedule)},

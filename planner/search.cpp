@@ -209,6 +209,11 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     if (!result.ok()) continue;
     out.nodes += result->nodes;
     out.proven_optimal = out.proven_optimal && result->proven_optimal;
+    if (!result->proven_optimal) {
+      out.unproven.push_back(std::string(ScheduleName(problem.schedule)) + " K=" + std::to_string(problem.ranks) +
+                             (problem.chunks > 1 ? " v=" + std::to_string(problem.chunks) : std::string()) +
+                             " D=" + std::to_string(problem.replicas) + " M=" + std::to_string(problem.microbatches));
+    }
     GPIPE_RETURN_IF_ERROR(keep(*result));
   }
   if (request.progress) request.progress(order.size(), order.size(), best);

@@ -62,6 +62,9 @@ struct SearchResult {
   int64_t nodes = 0;
   /// Whether every searched configuration finished within its node budget.
   bool proven_optimal = true;
+  /// The configurations whose search stopped at its budget, e.g. "interleaved-1f1b K=8 v=2
+  /// D=1 M=64" (their best plans are kept, but a faster plan may exist there).
+  std::vector<std::string> unproven;
 };
 
 /// Checks the request (batch, pins against the cluster and the profile) and searches.
