@@ -311,10 +311,14 @@ class Search {
       // Without remat the bound only grows with e: once it reaches the best, stop.
       const double params = table_.ParamBytes(a, e);
       if (StageBound(q, builder.Cost(false), head, tail, params) >= Cutoff()) break;
-      const double node_bound = std::max(bound, StageBound(q, *c, head, tail, params));
+      const double node_bound = std::max({bound, StageBound(q, *c, head, tail, params), GpipeBound(q, *c, e)});
       if (node_bound >= Cutoff()) continue;
       ends_[q] = e;
       remat_[q] = c->remat;
+      const double saved_max_forward = max_forward_, saved_max_backward = max_backward_, saved_recompute = recompute_;
+      max_forward_ = std::max(max_forward_, c->forward_ms);
+      max_backward_ = std::max(max_backward_, c->backward_ms + c->recompute_ms());
+      recompute_ += c->recompute_ms();
       if (last) {
         Leaf();
         continue;
@@ -323,9 +327,27 @@ class Search {
       const double next_head = head + c->forward_ms + links_[q][q + 1].TransferMs(message);
       const double next_tail = tail + (split_ ? c->recompute_ms() + c->backward_input_ms : c->recompute_ms() + c->backward_ms) +
                                links_[q + 1][q].TransferMs(message);
-      if (!RemainderFits(q + 1, e, next_head, next_tail, Cutoff(), nullptr)) continue;
-      Dfs(q + 1, e, next_head, next_tail, node_bound);
+      if (RemainderFits(q + 1, e, next_head, next_tail, Cutoff(), nullptr)) Dfs(q + 1, e, next_head, next_tail, node_bound);
+      max_forward_ = saved_max_forward;
+      max_backward_ = saved_max_backward;
+      recompute_ = saved_recompute;
     }
+  }
+
+  // GPipe is two flow shops (all forwards, then all backwards), so its step is at least every
+  // layer's forward and backward (and the placed stages' recompute) once plus (M-1) x (the
+  // slowest stage's forward + the slowest stage's backward). Stages after q are at least as slow
+  // as their average.
+  double GpipeBound(int q, const StageCost& c, int e) const {
+    if (p_.schedule != ScheduleKind::kGpipe) return 0.0;
+    const int rest = p_.ranks - 1 - q;
+    double forward = std::max(max_forward_, c.forward_ms);
+    double backward = std::max(max_backward_, c.backward_ms + c.recompute_ms());
+    if (rest > 0) {
+      forward = std::max(forward, table_.ForwardMs(e, layers_) / rest);
+      backward = std::max(backward, table_.BackwardMs(e, layers_) / rest);
+    }
+    return total_forward_ + total_backward_ + recompute_ + c.recompute_ms() + (p_.microbatches - 1) * (forward + backward);
   }
 
   // ---- Interleaved: v stages per rank ------------------------------------------------------
@@ -466,6 +488,11 @@ class Search {
   std::vector<double> rank_activation_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> head_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
+  // GPipe search state: the slowest forward and backward (with recompute) of the placed stages,
+  // and their recompute.
+  double max_forward_ = 0;
+  double max_backward_ = 0;
+  double recompute_ = 0;
   double best_ = kInfinity;
   PartitionResult result_;
 };
