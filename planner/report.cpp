@@ -40,7 +40,10 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
   out += "searched " + std::to_string(result.searched) + " of " + std::to_string(result.configurations) +
          " configurations (" + std::to_string(result.skipped_by_bound) + " ruled out by a lower bound) in " +
          Format("%.2f", seconds) + " s; " +
-         (result.proven_optimal ? "the best plan is proven optimal" : "optimality is not proven") + "\n";
+         (!result.best                ? "no plan fits"
+          : result.proven_optimal     ? "the best plan is proven optimal"
+                                      : "optimality is not proven") +
+         "\n";
   if (!result.proven_optimal) {
     out += std::to_string(result.unproven.size()) + " configuration searches stopped at their node budget (--max-nodes; "
            "interleaved ones get a hundredth of it) and may hide a faster plan:";
