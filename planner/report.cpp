@@ -60,12 +60,6 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
          PlacementName(best.plan.placement) + "), remat on " + std::to_string(RematStages(best.plan)) + " of " +
          std::to_string(best.plan.num_stages()) + " stages\n";
   out += FormatSimSummary(best.plan, costs, sim);
-  if (best.plan.replicas > 1) {
-    double allreduce = 0;
-    for (double ms : costs.allreduce_ms) allreduce = std::max(allreduce, ms);
-    out += "gradient all-reduce across " + std::to_string(best.plan.replicas) + " replicas: up to " +
-           FormatMs(allreduce) + " after each rank's last backward\n";
-  }
   out += "\nalternatives (none is both faster and smaller than another; within 25% of the best):\n";
   out += "  " + Pad("step", 11) + Pad("samples/s", 10) + Pad("bubble", 7) + Pad("peak memory", 12) +
          Pad("schedule", 19) + Pad("K", 3) + Pad("D", 3) + Pad("M", 5) + "remat\n";

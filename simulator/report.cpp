@@ -103,6 +103,12 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
            (fits ? "fits" : "OVER by " + FormatBytes(rank.peak_memory_bytes - limit)) + "\n";
   }
   out += "(an r after a stage number: rematerialized)\n";
+  if (plan.replicas > 1) {
+    double allreduce = 0;
+    for (double ms : costs.allreduce_ms) allreduce = std::max(allreduce, ms);
+    out += "gradient all-reduce across " + std::to_string(plan.replicas) + " replicas (" +
+           PlacementName(plan.placement) + "): up to " + FormatMs(allreduce) + " after each rank's last backward\n";
+  }
   if (over) {
     out += "\nThis plan does not fit in device memory: turn on remat for the overflowing stages, "
            "use more micro-batches (smaller ones), or more stages.\n";
