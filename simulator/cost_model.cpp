@@ -1,10 +1,10 @@
 #include "simulator/cost_model.h"
 
-#include "simulator/layer_table.h"
-
 #include <algorithm>
 #include <limits>
 #include <string>
+
+#include "simulator/layer_table.h"
 
 namespace gpipe {
 
@@ -27,12 +27,14 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
     }
     model.stages.push_back(table.Stage(stage.first_layer, stage.end_layer, stage.remat));
   }
+  // Plan::DeviceOf recounts the ranks on every call; count them once here.
   const int ranks = plan.num_ranks();
+  const auto device = [&](int replica, int rank) {
+    return DeviceOf(plan.placement, ranks, plan.replicas, replica, rank);
+  };
   model.links.assign(ranks, std::vector<Link>(ranks));
   for (int from = 0; from < ranks; ++from) {
-    for (int to = 0; to < ranks; ++to) {
-      model.links[from][to] = plan.cluster.LinkBetween(plan.DeviceOf(0, from), plan.DeviceOf(0, to));
-    }
+    for (int to = 0; to < ranks; ++to) model.links[from][to] = plan.cluster.LinkBetween(device(0, from), device(0, to));
   }
   if (plan.replicas > 1) {
     model.allreduce_ms.assign(ranks, 0.0);
@@ -43,7 +45,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
         for (int l = stage.first_layer; l < stage.end_layer; ++l) gradient_bytes += static_cast<double>(profile.layers[l].param_bytes);
       }
       std::vector<int> devices;
-      for (int d = 0; d < plan.replicas; ++d) devices.push_back(plan.DeviceOf(d, r));
+      for (int d = 0; d < plan.replicas; ++d) devices.push_back(device(d, r));
       model.allreduce_ms[r] = RingAllReduceMs(plan.cluster, devices, gradient_bytes);
     }
   }
