@@ -8,6 +8,7 @@ const std::vector<CommandEntry>& Commands() {
   static const std::vector<CommandEntry> commands = {
       {"plan", "Find the fastest pipeline plan that fits in memory, and the alternatives", MakePlanCommand},
       {"simulate", "Predict a plan's step time, bubble and memory; draw its timeline", MakeSimulateCommand},
+      {"run", "Train a model on a plan for real: one process per rank, LibTorch and c10d", MakeRunCommand},
   };
   return commands;
 }
@@ -23,6 +24,7 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       "--global-batch 512 -o plan.json\n"
       "  gpipe-plan simulate plan.json --svg timeline.svg\n"
       "  gpipe-plan simulate profiles/plans/tiny-gpt-gpipe.json\n"
+      "  gpipe-plan run build/tiny-gpt-plan.json --model models/tiny-gpt.json --steps 20 --record run.json\n"
       "  gpipe-plan simulate profiles/plans/gpt3-13b-8xa100-1f1b.json --svg timeline.svg --trace trace.json\n"
       "Run 'gpipe-plan SUBCOMMAND --help' for a subcommand's flags.");
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> made;

@@ -40,5 +40,6 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 /// One factory per subcommand (each in its own file).
 std::unique_ptr<Command> MakePlanCommand(CLI::App& app);
 std::unique_ptr<Command> MakeSimulateCommand(CLI::App& app);
+std::unique_ptr<Command> MakeRunCommand(CLI::App& app);
 
 }  // namespace gpipe::cli

@@ -94,6 +94,20 @@ Timeline TimelineFromSim(const SimResult& result, std::string title) {
   return t;
 }
 
+Timeline TimelineFromRecord(const RunRecord& record, int step, std::string title) {
+  Timeline t;
+  t.title = std::move(title);
+  for (const RankRecord& rank : record.ranks) {
+    if (rank.replica != 0) continue;
+    t.num_ranks = std::max(t.num_ranks, rank.pipeline_rank + 1);
+    for (const ActionRecord& a : rank.actions) {
+      if (a.step != step) continue;
+      t.actions.push_back({rank.pipeline_rank, a.action, a.start_ms, a.end_ms, a.recompute_ms});
+    }
+  }
+  return t;
+}
+
 json TimelineToChromeTrace(const Timeline& t) {
   json events = json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", t.title}}}});

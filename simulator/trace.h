@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/files.h"
+#include "core/run_record.h"
 #include "core/status.h"
 #include "simulator/simulator.h"
 
@@ -36,6 +37,12 @@ struct Timeline {
 
 /// The timeline of a simulated step. REQUIRES: `result` was simulated with record_timeline.
 Timeline TimelineFromSim(const SimResult& result, std::string title);
+
+/// The timeline of step `step` of a measured run, in the same layout: each rank's actions (the
+/// record's ranks are the pipeline's ranks of replica 0; other replicas are left out), with the
+/// recomputed forwards; no link tracks (the executor records when a receive was waited for, as
+/// RECV actions on the rank's track, not when bytes were on the wire).
+Timeline TimelineFromRecord(const RunRecord& record, int step, std::string title);
 
 /// The Chrome trace-event JSON object {"traceEvents": [...], "displayTimeUnit": "ms",
 /// "otherData": {"title": ...}}. Same timeline, same JSON.

@@ -1,0 +1,227 @@
+// gpipe-plan run PLAN.json --model MODEL: train a model on a plan for real. Without RANK/WORLD_SIZE
+// (or SLURM's variables) in the environment it is the launcher: it starts this node's ranks as
+// processes of this same binary, which find those variables and train. Rank 0 writes the record.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <map>
+#include <ostream>
+
+#include "cli/commands.h"
+#include "cli/pictures.h"
+#include "core/files.h"
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/run_record.h"
+#include "core/text.h"
+#include "core/units.h"
+#include "executor/launcher.h"
+#include "simulator/report.h"
+#include "simulator/trace.h"
+#ifdef GPIPE_WITH_TORCH
+#include "executor/worker.h"
+#endif
+
+extern char** environ;
+
+namespace gpipe::cli {
+namespace {
+
+#ifdef GPIPE_WITH_TORCH
+std::map<std::string, std::string> Environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return env;
+}
+
+// A free TCP port on loopback, for a single-node job that was not given one.
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+std::string SelfPath() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("gpipe-plan");
+}
+#endif
+
+class RunCommand : public Command {
+ public:
+  explicit RunCommand(CLI::App& app) {
+    app.add_option("PLAN", plan_path_, "A gpipe-plan/1 file (from 'gpipe-plan plan -o')")->required();
+    app.add_option("--model", model_path_, "A gpipe-model/1 file (see models/ and docs/formats.md)")->required();
+    app.add_option("--steps", steps_, "Training steps (one optimizer step per global batch)")->check(CLI::Range(1, 1 << 30));
+    app.add_option("--threads-per-rank", threads_, "Intra-op CPU threads of each rank")->check(CLI::Range(1, 1024));
+    app.add_option("--record", record_path_, "Write the run record (gpipe-run/1 JSON) here");
+    pictures_.Add(app, "the last step's measured timeline");
+    app.add_option("--device", device_, "cpu (Gloo) or cuda (one GPU per rank, NCCL)")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--checkpoint-dir", checkpoint_dir_, "Save checkpoints here (atomically)");
+    app.add_option("--checkpoint-every", checkpoint_every_, "Save every N steps (and after the last)")->check(CLI::Range(1, 1 << 30));
+    app.add_flag("--resume", resume_, "Continue from the latest checkpoint in --checkpoint-dir");
+    app.add_option("--timeout", timeout_s_, "Seconds any rank waits for another before giving up with an error")
+        ->check(CLI::Range(1, 86400));
+    app.add_flag("--in-process", in_process_, "Run every rank as a thread of this process (no c10d; for checks)");
+    app.add_option("--nnodes", nnodes_, "Machines in the job (run one launcher on each)")->check(CLI::Range(1, 1 << 16));
+    app.add_option("--node-rank", node_rank_, "This machine's index among --nnodes")->check(CLI::Range(0, 1 << 16));
+    app.add_option("--master-addr", master_addr_, "Where rank 0 serves the rendezvous (default 127.0.0.1: loopback only)");
+    app.add_option("--master-port", master_port_, "Its port (default: a free one, single node only)")->check(CLI::Range(1, 65535));
+    app.footer(
+        "Examples:\n"
+        "  gpipe-plan run build/tiny-gpt-plan.json --model models/tiny-gpt.json --steps 20 --record run.json\n"
+        "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --checkpoint-every 5\n"
+        "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --resume --steps 40\n"
+        "  two machines: gpipe-plan run PLAN.json --model M --nnodes 2 --node-rank 0|1 --master-addr HOST --master-port 29500\n"
+        "  under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS set), each process joins the job.\n"
+        "One process per rank (K x D of the plan), Gloo on CPU, NCCL on GPUs. A progress line per step shows\n"
+        "the loss, samples/s and time left; the record holds every rank's action times and peak memory.");
+  }
+
+  int Run(std::ostream& out, std::ostream& err) override {
+    Expected<Plan> plan = LoadPlan(plan_path_);
+    if (!plan.ok()) return Fail(err, plan.status());
+    Expected<ModelSpec> model = LoadModel(model_path_);
+    if (!model.ok()) return Fail(err, model.status());
+    if (checkpoint_every_ > 0 && checkpoint_dir_.empty()) {
+      return Fail(err, Status::Invalid("--checkpoint-every needs --checkpoint-dir"));
+    }
+    if (resume_ && checkpoint_dir_.empty()) return Fail(err, Status::Invalid("--resume needs --checkpoint-dir"));
+#ifndef GPIPE_WITH_TORCH
+    (void)out;
+    return Fail(err, Status::Invalid("this build has no executor: configure with -DGPIPE_WITH_TORCH=ON and "
+                                     "CMAKE_PREFIX_PATH pointing at LibTorch (scripts/setup.sh does both)"));
+#else
+    executor::RunSettings settings;
+    settings.steps = steps_;
+    settings.threads_per_rank = threads_;
+    settings.device = device_;
+    settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+    settings.checkpoint_dir = checkpoint_dir_;
+    settings.checkpoint_every = checkpoint_every_ > 0 ? checkpoint_every_ : (checkpoint_dir_.empty() ? 0 : steps_);
+    settings.resume = resume_;
+    if (in_process_) {
+      Expected<RunRecord> record = executor::TrainInProcess(*plan, *model, settings);
+      if (!record.ok()) return Fail(err, record.status());
+      return Finish(*plan, *record, out, err);
+    }
+    Expected<std::optional<executor::WorkerEnv>> env = executor::WorkerEnvFrom(Environment());
+    if (!env.ok()) return Fail(err, env.status());
+    if (env->has_value()) {
+      Expected<std::optional<RunRecord>> record = executor::RunWorker(*plan, *model, **env, settings, out);
+      if (!record.ok()) return Fail(err, record.status());
+      return record->has_value() ? Finish(*plan, **record, out, err) : kExitOk;
+    }
+    return Launch(*plan, *model, err);
+#endif
+  }
+
+ private:
+#ifdef GPIPE_WITH_TORCH
+  int Launch(const Plan& plan, const ModelSpec& model, std::ostream& err) {
+    const Status runnable = executor::CheckRunnable(plan, model, 0);
+    if (!runnable.ok()) return Fail(err, runnable);
+    executor::LaunchOptions launch;
+    launch.nnodes = nnodes_;
+    launch.node_rank = node_rank_;
+    launch.world_size = plan.num_ranks() * plan.replicas;
+    if (launch.world_size % nnodes_ != 0) {
+      return Fail(err, Status::Invalid("--nnodes " + std::to_string(nnodes_) + " does not divide the plan's " +
+                                       std::to_string(launch.world_size) + " ranks (K x D)"));
+    }
+    if (node_rank_ >= nnodes_) {
+      return Fail(err, Status::Invalid("--node-rank " + std::to_string(node_rank_) + " must be below --nnodes " +
+                                       std::to_string(nnodes_)));
+    }
+    if (nnodes_ > 1 && master_port_ == 0) {
+      return Fail(err, Status::Invalid("--nnodes " + std::to_string(nnodes_) +
+                                       ": give every launcher the same --master-addr and --master-port"));
+    }
+    launch.master_addr = master_addr_;
+    launch.master_port = master_port_ > 0 ? master_port_ : FreePort();
+    if (master_addr_ != "127.0.0.1" && master_addr_ != "localhost") {
+      err << "gpipe-plan run: the rendezvous is on " << master_addr_ << ":" << launch.master_port
+          << ", reachable from other machines (the default is loopback only)\n";
+    }
+    launch.grace = std::chrono::milliseconds(static_cast<int64_t>(std::min(timeout_s_, 10.0) * 1000));
+    launch.argv = {SelfPath(), "run", plan_path_, "--model", model_path_, "--steps", std::to_string(steps_),
+                   "--threads-per-rank", std::to_string(threads_), "--device", device_,
+                   "--timeout", Format("%g", timeout_s_)};
+    const auto add = [&](const char* flag, const std::string& value) {
+      if (!value.empty()) launch.argv.insert(launch.argv.end(), {flag, value});
+    };
+    add("--record", record_path_);
+    add("--trace", pictures_.trace_path);
+    add("--svg", pictures_.svg_path);
+    add("--checkpoint-dir", checkpoint_dir_);
+    if (checkpoint_every_ > 0) add("--checkpoint-every", std::to_string(checkpoint_every_));
+    if (resume_) launch.argv.push_back("--resume");
+    err << Sprintf("gpipe-plan run: starting %d rank%s on this node (%d in the job), rendezvous %s:%d\n",
+                  launch.world_size / nnodes_, launch.world_size / nnodes_ == 1 ? "" : "s", launch.world_size,
+                  launch.master_addr.c_str(), launch.master_port);
+    const int status = executor::LaunchRanks(launch, err);
+    return status == 0 ? kExitOk : kExitFailure;
+  }
+#endif
+
+  int Finish(const Plan& plan, RunRecord& record, std::ostream& out, std::ostream& err) {
+    record.plan = plan_path_;
+    if (!record_path_.empty()) {
+      const Status written = WriteFileAtomically(record_path_, RunRecordToJson(record).dump(1) + "\n");
+      if (!written.ok()) return Fail(err, written);
+    }
+    if (pictures_.any() && !record.steps.empty()) {
+      const int step = record.steps.back().step;
+      const Status written =
+          pictures_.Write(TimelineFromRecord(record, step, PlanTitle(plan, "measured (step " + std::to_string(step + 1) + ")")));
+      if (!written.ok()) return Fail(err, written);
+    }
+    out << Sprintf("%s: %zu steps, loss %.4f -> %.4f, %.1f samples/s (steps after the first), %s\n",
+                  record.model.c_str(), record.steps.size(), record.steps.empty() ? 0.0 : record.steps.front().loss,
+                  record.steps.empty() ? 0.0 : record.steps.back().loss, record.throughput_samples_per_s,
+                  record.backend.c_str());
+    for (const RankRecord& r : record.ranks) {
+      out << Sprintf("  rank %d (stages", r.rank);
+      for (int s : r.stages) out << " " << s;
+      out << Sprintf("): peak memory %s, of which weights %s\n", FormatBytes(r.peak_memory_bytes).c_str(),
+                    FormatBytes(r.static_memory_bytes).c_str());
+    }
+    if (!record_path_.empty()) out << "record written to " << record_path_ << "\n";
+    return kExitOk;
+  }
+
+  static int Fail(std::ostream& err, const Status& status) {
+    err << "gpipe-plan run: " << status.message() << "\n";
+    return kExitFailure;
+  }
+
+  std::string plan_path_, model_path_, record_path_, device_ = "cpu", checkpoint_dir_, master_addr_ = "127.0.0.1";
+  int steps_ = 10, threads_ = 1, checkpoint_every_ = 0, nnodes_ = 1, node_rank_ = 0, master_port_ = 0;
+  double timeout_s_ = 60;
+  bool resume_ = false, in_process_ = false;
+  PictureFlags pictures_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeRunCommand(CLI::App& app) { return std::make_unique<RunCommand>(app); }
+
+}  // namespace gpipe::cli

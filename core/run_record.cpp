@@ -1,0 +1,180 @@
+#include "core/run_record.h"
+
+#include <set>
+
+#include "core/json_reader.h"
+
+namespace gpipe {
+namespace {
+
+const std::set<std::string> kKnownTop = {"format", "model", "plan", "schedule", "device", "backend",
+                                         "threads_per_rank", "global_batch", "microbatches", "num_ranks",
+                                         "replicas", "memory_measure", "steps", "throughput_samples_per_s",
+                                         "ranks"};
+
+template <typename T, typename Parse>
+Status ReadList(ObjectReader& r, std::string_view key, std::vector<T>& out, Parse parse) {
+  const nlohmann::json* list = r.Array(key);
+  if (!r.status().ok()) return r.status();
+  for (size_t i = 0; i < list->size(); ++i) {
+    Expected<T> item = parse((*list)[i], r.Where(key) + "[" + std::to_string(i) + "]");
+    if (!item.ok()) return item.status();
+    out.push_back(std::move(*item));
+  }
+  return Status::Ok();
+}
+
+Expected<StepRecord> StepFromJson(const nlohmann::json& json, const std::string& where) {
+  ObjectReader r(json, where);
+  StepRecord step;
+  step.step = static_cast<int>(r.Integer("step", 0, INT32_MAX));
+  const nlohmann::json* loss = r.Raw("loss");
+  if (loss != nullptr && loss->is_number()) {
+    step.loss = loss->get<double>();  // may legitimately be large; NaN is written as null
+  } else if (loss == nullptr || !loss->is_null()) {
+    r.Fail("loss", "is " + (loss ? Describe(*loss) : std::string("missing")) + "; expected a number");
+  }
+  step.time_ms = r.Number("time_ms", 0.0);
+  if (!r.status().ok()) return r.status();
+  return step;
+}
+
+Expected<ActionRecord> ActionFromJson(const nlohmann::json& json, const std::string& where) {
+  ObjectReader r(json, where);
+  ActionRecord a;
+  a.step = static_cast<int>(r.Integer("step", 0, INT32_MAX));
+  const std::string text = r.String("action");
+  a.start_ms = r.Number("start_ms", 0.0);
+  a.end_ms = r.Number("end_ms", 0.0);
+  a.recompute_ms = r.OptionalNumber("recompute_ms", 0.0).value_or(0.0);
+  if (!r.status().ok()) return r.status();
+  Expected<Action> action = ActionFromText(text);
+  if (!action.ok()) return action.status().WithContext(r.Where("action"));
+  a.action = *action;
+  if (a.end_ms < a.start_ms) {
+    return Status::Invalid(r.Where("end_ms") + ": " + std::to_string(a.end_ms) + " is before start_ms (" +
+                           std::to_string(a.start_ms) + ")");
+  }
+  return a;
+}
+
+}  // namespace
+
+double ThroughputOf(const std::vector<StepRecord>& steps, int64_t global_batch) {
+  if (steps.empty()) return 0;
+  const size_t first = steps.size() > 1 ? 1 : 0;
+  double total_ms = 0;
+  for (size_t i = first; i < steps.size(); ++i) total_ms += steps[i].time_ms;
+  const double mean_ms = total_ms / static_cast<double>(steps.size() - first);
+  return mean_ms > 0 ? static_cast<double>(global_batch) / (mean_ms / 1000.0) : 0;
+}
+
+Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::string& where) {
+  ObjectReader r(json, where);
+  RankRecord rank;
+  rank.rank = static_cast<int>(r.Integer("rank", 0, INT32_MAX));
+  rank.replica = static_cast<int>(r.OptionalInteger("replica", 0, INT32_MAX, 0));
+  rank.pipeline_rank = static_cast<int>(r.OptionalInteger("pipeline_rank", 0, INT32_MAX, rank.rank));
+  rank.peak_memory_bytes = r.Bytes("peak_memory_bytes");
+  rank.static_memory_bytes = r.OptionalBytes("static_memory_bytes", 0);
+  if (const nlohmann::json* stages = r.Raw("stages"); stages != nullptr && r.status().ok()) {
+    if (!stages->is_array()) {
+      r.Fail("stages", "is " + Describe(*stages) + "; expected a list of stage numbers");
+    } else {
+      for (const nlohmann::json& s : *stages) {
+        if (!s.is_number_integer() || s.get<int64_t>() < 0) {
+          r.Fail("stages", "holds " + Describe(s) + "; stage numbers are whole numbers >= 0");
+          break;
+        }
+        rank.stages.push_back(s.get<int>());
+      }
+    }
+  }
+  if (const nlohmann::json* peaks = r.Raw("step_peak_memory_bytes"); peaks != nullptr && r.status().ok()) {
+    if (!peaks->is_array()) {
+      r.Fail("step_peak_memory_bytes", "is " + Describe(*peaks) + "; expected a list of byte counts");
+    } else {
+      for (const nlohmann::json& p : *peaks) {
+        if (!p.is_number() || p.get<double>() < 0) {
+          r.Fail("step_peak_memory_bytes", "holds " + Describe(p) + "; byte counts are numbers >= 0");
+          break;
+        }
+        rank.step_peak_memory_bytes.push_back(p.get<int64_t>());
+      }
+    }
+  }
+  if (!r.status().ok()) return r.status();
+  if (r.Has("actions")) GPIPE_RETURN_IF_ERROR(ReadList(r, "actions", rank.actions, ActionFromJson));
+  return rank;
+}
+
+nlohmann::json RankRecordToJson(const RankRecord& rank) {
+  nlohmann::json actions = nlohmann::json::array();
+  for (const ActionRecord& a : rank.actions) {
+    nlohmann::json j = {{"step", a.step}, {"action", ActionToText(a.action)}, {"start_ms", a.start_ms},
+                        {"end_ms", a.end_ms}};
+    if (a.recompute_ms > 0) j["recompute_ms"] = a.recompute_ms;
+    actions.push_back(std::move(j));
+  }
+  return {{"rank", rank.rank},
+          {"replica", rank.replica},
+          {"pipeline_rank", rank.pipeline_rank},
+          {"stages", rank.stages},
+          {"peak_memory_bytes", rank.peak_memory_bytes},
+          {"static_memory_bytes", rank.static_memory_bytes},
+          {"step_peak_memory_bytes", rank.step_peak_memory_bytes},
+          {"actions", std::move(actions)}};
+}
+
+Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::string& where) {
+  GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kRunRecordFormat));
+  ObjectReader r(json, where);
+  RunRecord record;
+  record.model = r.String("model");
+  record.plan = r.OptionalString("plan", "");
+  record.schedule = r.OptionalString("schedule", "");
+  record.device = r.OptionalString("device", "cpu");
+  record.backend = r.OptionalString("backend", "gloo");
+  record.threads_per_rank = static_cast<int>(r.OptionalInteger("threads_per_rank", 0, 1 << 16, 1));
+  record.global_batch = r.Integer("global_batch", 1);
+  record.microbatches = static_cast<int>(r.Integer("microbatches", 1, INT32_MAX));
+  record.num_ranks = static_cast<int>(r.OptionalInteger("num_ranks", 1, INT32_MAX, 1));
+  record.replicas = static_cast<int>(r.OptionalInteger("replicas", 1, INT32_MAX, 1));
+  record.memory_measure = r.OptionalString("memory_measure", "");
+  record.throughput_samples_per_s = r.Number("throughput_samples_per_s", 0.0);
+  if (!r.status().ok()) return r.status();
+  GPIPE_RETURN_IF_ERROR(ReadList(r, "steps", record.steps, StepFromJson));
+  GPIPE_RETURN_IF_ERROR(ReadList(r, "ranks", record.ranks, RankRecordFromJson));
+  record.extra = UnknownFields(json, kKnownTop);
+  return record;
+}
+
+Expected<RunRecord> LoadRunRecord(const std::string& path) { return LoadJsonAs(path, RunRecordFromJson); }
+
+nlohmann::json RunRecordToJson(const RunRecord& record) {
+  nlohmann::json json = record.extra;
+  json["format"] = kRunRecordFormat;
+  json["model"] = record.model;
+  json["plan"] = record.plan;
+  json["schedule"] = record.schedule;
+  json["device"] = record.device;
+  json["backend"] = record.backend;
+  json["threads_per_rank"] = record.threads_per_rank;
+  json["global_batch"] = record.global_batch;
+  json["microbatches"] = record.microbatches;
+  json["num_ranks"] = record.num_ranks;
+  json["replicas"] = record.replicas;
+  json["memory_measure"] = record.memory_measure;
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepRecord& s : record.steps) {
+    steps.push_back({{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}});
+  }
+  json["steps"] = std::move(steps);
+  json["throughput_samples_per_s"] = record.throughput_samples_per_s;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const RankRecord& rank : record.ranks) ranks.push_back(RankRecordToJson(rank));
+  json["ranks"] = std::move(ranks);
+  return json;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,81 @@
+// The run record format, gpipe-run/1: what `gpipe-plan run` measured. Per step the loss and the
+// wall time; per rank its stages, peak memory and every action's start and end (milliseconds from
+// the start of its step, all ranks starting each step together after a barrier). `compare` reads
+// it next to the simulator's prediction; the trace tools draw it like a simulated step.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/schedule/action.h"
+#include "core/status.h"
+
+namespace gpipe {
+
+inline constexpr const char* kRunRecordFormat = "gpipe-run/1";
+
+struct ActionRecord {
+  int step = 0;
+  Action action;
+  double start_ms = 0;
+  double end_ms = 0;
+  /// For a remat stage's backward: the recomputed forward at its head, [start, start + recompute).
+  double recompute_ms = 0;
+};
+
+struct RankRecord {
+  int rank = 0;
+  int replica = 0;
+  /// The rank within its pipeline (0 .. K-1).
+  int pipeline_rank = 0;
+  std::vector<int> stages;
+  /// Peak bytes of tensor storage allocated by this rank (see RunRecord::memory_measure).
+  int64_t peak_memory_bytes = 0;
+  /// Bytes held before the first step: weights (and, after it, gradients and optimizer state).
+  int64_t static_memory_bytes = 0;
+  /// Each step's peak, so the warm-up step can be told apart.
+  std::vector<int64_t> step_peak_memory_bytes;
+  std::vector<ActionRecord> actions;
+};
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0;
+  double time_ms = 0;
+};
+
+struct RunRecord {
+  std::string model;
+  std::string plan;
+  std::string schedule;
+  /// "cpu" or "cuda"; "gloo", "nccl" or "in-process".
+  std::string device = "cpu";
+  std::string backend = "gloo";
+  int threads_per_rank = 1;
+  int64_t global_batch = 0;
+  int microbatches = 0;
+  int num_ranks = 0;
+  int replicas = 1;
+  /// What peak_memory_bytes counts, in words.
+  std::string memory_measure;
+  std::vector<StepRecord> steps;
+  /// Samples per second over the steps after the first (the first warms up); over all steps when
+  /// there is only one.
+  double throughput_samples_per_s = 0;
+  std::vector<RankRecord> ranks;
+  nlohmann::json extra = nlohmann::json::object();
+};
+
+/// global_batch / mean step time over the steps after the first (all steps if only one).
+double ThroughputOf(const std::vector<StepRecord>& steps, int64_t global_batch);
+
+Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::string& where);
+Expected<RunRecord> LoadRunRecord(const std::string& path);
+nlohmann::json RunRecordToJson(const RunRecord& record);
+nlohmann::json RankRecordToJson(const RankRecord& rank);
+Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::string& where);
+
+}  // namespace gpipe

@@ -1,0 +1,168 @@
+#include "executor/c10d_communicator.h"
+
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef GPIPE_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace gpipe::executor {
+namespace {
+
+std::string Describe(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
+  return e.what();
+}
+
+class C10dWork final : public PendingWork {
+ public:
+  C10dWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::milliseconds timeout)
+      : work_(std::move(work)), what_(std::move(what)), timeout_(timeout) {}
+  // c10d's work may be waited for once; later waits return at once.
+  void Wait() override {
+    if (waited_) return;
+    try {
+      if (!work_->wait(timeout_)) throw std::runtime_error("timed out");
+    } catch (const std::exception& e) {
+      throw std::runtime_error(what_ + " failed: " + Describe(e));
+    }
+    waited_ = true;
+  }
+  bool Done() override { return waited_ || work_->isCompleted(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
+  bool waited_ = false;
+};
+
+class C10dCommunicator final : public Communicator {
+ public:
+  C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, const RendezvousOptions& options)
+      : store_(std::move(store)), options_(options) {
+    world_ = MakeGroup(store_, options.rank, options.world_size);
+  }
+
+  int rank() const override { return options_.rank; }
+  int size() const override { return options_.world_size; }
+  std::string backend() const override { return options_.nccl ? "nccl" : "gloo"; }
+
+  std::unique_ptr<PendingWork> Send(const torch::Tensor& tensor, int peer, int tag) override {
+    std::vector<at::Tensor> tensors{tensor};
+    return Wrap([&] { return world_->send(tensors, peer, tag); }, "send to rank " + std::to_string(peer));
+  }
+  std::unique_ptr<PendingWork> Recv(const torch::Tensor& into, int peer, int tag) override {
+    std::vector<at::Tensor> tensors{into};
+    return Wrap([&] { return world_->recv(tensors, peer, tag); }, "receive from rank " + std::to_string(peer));
+  }
+  void AllReduceSum(torch::Tensor& tensor, const std::vector<int>& group) override {
+    c10::intrusive_ptr<c10d::Backend>& backend = groups_[group];
+    if (!backend) {
+      std::string name = "group";
+      int index = 0;
+      for (size_t i = 0; i < group.size(); ++i) {
+        name += "-" + std::to_string(group[i]);
+        if (group[i] == options_.rank) index = static_cast<int>(i);
+      }
+      backend = MakeGroup(c10::make_intrusive<c10d::PrefixStore>(name, store_), index, static_cast<int>(group.size()));
+    }
+    std::vector<at::Tensor> tensors{tensor};
+    Wrap([&] { return backend->allreduce(tensors); }, "sum over ranks " + c10::str(group))->Wait();
+  }
+  void Barrier() override { Wrap([&] { return world_->barrier(); }, "barrier")->Wait(); }
+  std::vector<std::string> GatherToRankZero(const std::string& mine) override {
+    const std::string round = "gather/" + std::to_string(gathers_++) + "/";
+    store_->set(round + std::to_string(options_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    std::vector<std::string> all;
+    if (options_.rank != 0) return all;
+    for (int r = 0; r < options_.world_size; ++r) {
+      const std::string key = round + std::to_string(r);
+      try {
+        store_->wait({key}, options_.timeout);
+      } catch (const std::exception& e) {
+        throw std::runtime_error("rank 0 waited for rank " + std::to_string(r) + "'s record in vain: " + Describe(e));
+      }
+      const std::vector<uint8_t> bytes = store_->get(key);
+      all.emplace_back(bytes.begin(), bytes.end());
+    }
+    return all;
+  }
+
+ private:
+  template <typename Start>
+  std::unique_ptr<PendingWork> Wrap(Start start, const std::string& what) {
+    try {
+      return std::make_unique<C10dWork>(start(), "rank " + std::to_string(options_.rank) + ": " + what, options_.timeout);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("rank " + std::to_string(options_.rank) + ": " + what + " failed: " + Describe(e));
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Backend> MakeGroup(c10::intrusive_ptr<c10d::Store> store, int rank, int size) {
+#ifdef GPIPE_WITH_NCCL
+    if (options_.nccl) {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = options_.timeout;
+      return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl_options);
+    }
+#endif
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create(options_.timeout);
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    if (ifname != nullptr && *ifname != '\0') {
+      gloo_options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else {
+      // Loopback jobs stay on loopback; others use the address this host resolves to.
+      const bool loopback = options_.master_addr == "127.0.0.1" || options_.master_addr == "localhost";
+      gloo_options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                               : c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, gloo_options);
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  RendezvousOptions options_;
+  c10::intrusive_ptr<c10d::Backend> world_;
+  std::map<std::vector<int>, c10::intrusive_ptr<c10d::Backend>> groups_;
+  int gathers_ = 0;
+};
+
+}  // namespace
+
+bool NcclCompiledIn() {
+#ifdef GPIPE_WITH_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+Expected<std::unique_ptr<Communicator>> ConnectC10d(const RendezvousOptions& options) {
+  if (options.nccl && !NcclCompiledIn()) {
+    return Status::Invalid("NCCL was asked for, but this build has no CUDA LibTorch; use --device cpu (Gloo)");
+  }
+  const std::string where = options.master_addr + ":" + std::to_string(options.master_port);
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(options.master_port);
+    store_options.isServer = options.rank == 0;
+    store_options.numWorkers = options.world_size;
+    store_options.waitWorkers = true;
+    store_options.timeout = options.timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    return std::unique_ptr<Communicator>(std::make_unique<C10dCommunicator>(store, options));
+  } catch (const std::exception& e) {
+    return Status::Invalid("rank " + std::to_string(options.rank) + " of " + std::to_string(options.world_size) +
+                           ": could not join the job at " + where + " within " +
+                           std::to_string(options.timeout.count() / 1000) + " s: " + Describe(e) +
+                           " (is every rank started, with the same MASTER_ADDR/MASTER_PORT, and the port free?)");
+  }
+}
+
+}  // namespace gpipe::executor

@@ -1,0 +1,32 @@
+// The real wire: torch's c10d. Ranks meet at a TCPStore that rank 0 serves on
+// master_addr:master_port; Gloo carries CPU tensors, NCCL GPU tensors (when built with CUDA).
+// Sub-groups for data-parallel sums are made on first use, by every member at the same point.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "executor/communicator.h"
+
+namespace gpipe::executor {
+
+struct RendezvousOptions {
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  /// Every wait (rendezvous, receive, sum) gives up after this long with an error.
+  std::chrono::milliseconds timeout{60000};
+  /// NCCL for GPU ranks, else Gloo.
+  bool nccl = false;
+};
+
+/// Joins the job; errors say who did not come and where it was waited for.
+Expected<std::unique_ptr<Communicator>> ConnectC10d(const RendezvousOptions& options);
+
+/// True when this build can use NCCL (LibTorch with CUDA).
+bool NcclCompiledIn();
+
+}  // namespace gpipe::executor

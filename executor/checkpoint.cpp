@@ -1,0 +1,119 @@
+#include "executor/checkpoint.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/files.h"
+#include "core/json_reader.h"
+
+namespace gpipe::executor {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string StepDir(const std::string& dir, int step) { return (fs::path(dir) / ("step-" + std::to_string(step))).string(); }
+std::string RankFile(const std::string& dir, int step, int rank) {
+  return (fs::path(StepDir(dir, step)) / ("rank-" + std::to_string(rank) + ".pt")).string();
+}
+std::string Key(const StageSetup& stage, size_t layer, const std::string& name) {
+  return "stage" + std::to_string(stage.stage) + "/" + std::to_string(layer) + "/" + name;
+}
+
+}  // namespace
+
+Status SaveRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
+                     torch::optim::Optimizer& optimizer) {
+  const std::string path = RankFile(dir, step, rank);
+  std::error_code error;
+  fs::create_directories(StepDir(dir, step), error);
+  if (error) return Status::Invalid(dir + ": cannot create the checkpoint directory: " + error.message());
+  const std::string tmp = path + ".tmp";
+  try {
+    torch::serialize::OutputArchive archive;
+    for (StageSetup& stage : stages) {
+      for (size_t i = 0; i < stage.layers.size(); ++i) {
+        for (auto& [name, tensor] : stage.layers[i]->State()) archive.write(Key(stage, i, name), tensor.cpu());
+      }
+    }
+    torch::serialize::OutputArchive optimizer_archive;
+    optimizer.save(optimizer_archive);
+    archive.write("optimizer", optimizer_archive);
+    archive.save_to(tmp);
+  } catch (const std::exception& e) {
+    fs::remove(tmp, error);
+    return Status::Invalid(path + ": could not write the checkpoint (is the disk full?): " + e.what());
+  }
+  fs::rename(tmp, path, error);
+  if (error) return Status::Invalid(path + ": cannot rename " + tmp + " over it: " + error.message());
+  return Status::Ok();
+}
+
+Status CommitCheckpoint(const std::string& dir, const CheckpointInfo& info) {
+  nlohmann::json manifest = {{"format", "gpipe-checkpoint/1"},
+                             {"step", info.step},
+                             {"fingerprint", info.fingerprint},
+                             {"world_size", info.world_size}};
+  for (int r = 0; r < info.world_size; ++r) {
+    if (!fs::is_regular_file(RankFile(dir, info.step, r))) {
+      return Status::Invalid(RankFile(dir, info.step, r) + ": missing; the checkpoint is not committed");
+    }
+  }
+  GPIPE_RETURN_IF_ERROR(WriteFileAtomically((fs::path(StepDir(dir, info.step)) / "manifest.json").string(),
+                                            manifest.dump(1) + "\n"));
+  return WriteFileAtomically((fs::path(dir) / "latest").string(), "step-" + std::to_string(info.step) + "\n");
+}
+
+Expected<std::optional<CheckpointInfo>> LatestCheckpoint(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / "latest";
+  if (!fs::exists(latest)) return std::optional<CheckpointInfo>();
+  std::ifstream in(latest);
+  std::string name;
+  in >> name;
+  if (name.rfind("step-", 0) != 0) {
+    return Status::Invalid(latest.string() + ": holds \"" + name + "\", expected \"step-<N>\"; delete it to start over");
+  }
+  const std::string manifest_path = (fs::path(dir) / name / "manifest.json").string();
+  Expected<nlohmann::json> manifest = LoadJsonFile(manifest_path);
+  if (!manifest.ok()) return manifest.status();
+  ObjectReader r(*manifest, manifest_path);
+  CheckpointInfo info;
+  info.step = static_cast<int>(r.Integer("step", 0, INT32_MAX));
+  info.fingerprint = r.String("fingerprint");
+  info.world_size = static_cast<int>(r.Integer("world_size", 1, INT32_MAX));
+  if (!r.status().ok()) return r.status();
+  return std::optional<CheckpointInfo>(info);
+}
+
+Status LoadRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
+                     torch::optim::Optimizer& optimizer) {
+  const std::string path = RankFile(dir, step, rank);
+  try {
+    torch::serialize::InputArchive archive;
+    archive.load_from(path);
+    torch::NoGradGuard no_grad;
+    for (StageSetup& stage : stages) {
+      for (size_t i = 0; i < stage.layers.size(); ++i) {
+        for (auto& [name, tensor] : stage.layers[i]->State()) {
+          torch::Tensor saved;
+          archive.read(Key(stage, i, name), saved);
+          if (saved.sizes() != tensor.sizes()) {
+            return Status::Invalid(path + ": " + Key(stage, i, name) + " has shape " + c10::str(saved.sizes()) +
+                                   " in the checkpoint but " + c10::str(tensor.sizes()) + " in the model");
+          }
+          tensor.copy_(saved);
+        }
+      }
+    }
+    torch::serialize::InputArchive optimizer_archive;
+    archive.read("optimizer", optimizer_archive);
+    optimizer.load(optimizer_archive);
+  } catch (const std::exception& e) {
+    return Status::Invalid(path + ": could not load the checkpoint: " + e.what());
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpipe::executor

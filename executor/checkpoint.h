@@ -1,0 +1,38 @@
+// Checkpoints that are never half written. Layout under the checkpoint directory:
+//   step-<N>/rank-<r>.pt     each rank's stage weights, buffers and optimizer state
+//   step-<N>/manifest.json   written by rank 0 once every rank's file is in place
+//   latest                   "step-<N>", replaced atomically after the manifest
+// Every file is written to a temporary name and renamed, so a crash or a full disk mid-write
+// leaves `latest` naming the previous complete checkpoint. The manifest holds a fingerprint of
+// the plan and model; resuming under another plan or model is refused with the difference.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/status.h"
+#include "executor/stage_runner.h"
+
+namespace gpipe::executor {
+
+struct CheckpointInfo {
+  int step = 0;  // steps completed
+  std::string fingerprint;
+  int world_size = 0;
+};
+
+/// Writes this rank's file for a checkpoint after `step` steps.
+Status SaveRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
+                     torch::optim::Optimizer& optimizer);
+/// Rank 0, after every rank saved: the manifest, then `latest`.
+Status CommitCheckpoint(const std::string& dir, const CheckpointInfo& info);
+/// The checkpoint `latest` names, or nullopt when the directory holds none.
+Expected<std::optional<CheckpointInfo>> LatestCheckpoint(const std::string& dir);
+/// Loads this rank's state from the checkpoint after `step` steps.
+Status LoadRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
+                     torch::optim::Optimizer& optimizer);
+
+}  // namespace gpipe::executor

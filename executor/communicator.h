@@ -1,0 +1,52 @@
+// The wire between ranks, behind one narrow interface: point-to-point sends and receives that
+// overlap compute, a sum over a group of ranks (data-parallel gradients), and a barrier.
+// Implementations: c10d (Gloo on CPU, NCCL on GPUs; c10d_communicator.cpp) and an in-process hub
+// for tests where ranks are threads (local_communicator.cpp). Every wait is bounded: a peer that
+// died or stopped answering turns into an error naming it, never a hang.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace gpipe::executor {
+
+/// A started send or receive.
+class PendingWork {
+ public:
+  virtual ~PendingWork() = default;
+  /// Blocks until done; throws std::runtime_error naming the peer on failure or timeout.
+  virtual void Wait() = 0;
+  /// True once done (never blocks).
+  virtual bool Done() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// "gloo", "nccl" or "in-process".
+  virtual std::string backend() const = 0;
+
+  /// Starts sending `tensor` to `peer`; the tensor must stay unchanged until the work is done.
+  /// Messages between two ranks with the same tag arrive in the order sent.
+  virtual std::unique_ptr<PendingWork> Send(const torch::Tensor& tensor, int peer, int tag) = 0;
+  /// Starts receiving into `into` (allocated with the message's shape and dtype) from `peer`.
+  virtual std::unique_ptr<PendingWork> Recv(const torch::Tensor& into, int peer, int tag) = 0;
+  /// Sums `tensor` in place over `group` (sorted global ranks, this one among them).
+  virtual void AllReduceSum(torch::Tensor& tensor, const std::vector<int>& group) = 0;
+  /// Returns once every rank has called it.
+  virtual void Barrier() = 0;
+  /// Every rank passes a string; rank 0 gets all of them in rank order, the others nothing.
+  virtual std::vector<std::string> GatherToRankZero(const std::string& mine) = 0;
+};
+
+/// The tag of a message: kind 0 activations, 1 gradients, 2 and 3 their shape headers; `stage` is
+/// the sending stage. REQUIRES: stage < 4096, microbatch < 4096.
+inline int MessageTag(int kind, int stage, int microbatch) { return (kind << 24) | (stage << 12) | microbatch; }
+
+}  // namespace gpipe::executor

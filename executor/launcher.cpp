@@ -1,0 +1,161 @@
+#include "executor/launcher.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <ostream>
+#include <thread>
+
+extern char** environ;
+
+namespace gpipe::executor {
+namespace {
+
+std::atomic<int> pending_signal{0};
+
+void RememberSignal(int signal_number) { pending_signal.store(signal_number); }
+
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  std::optional<int> status;  // exit status, or 128 + signal
+};
+
+std::string DescribeStatus(int status) {
+  if (status > 128) return "was killed by signal " + std::to_string(status - 128) + " (" + strsignal(status - 128) + ")";
+  return "exited with status " + std::to_string(status);
+}
+
+}  // namespace
+
+std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank) {
+  const int per_node = options.world_size / options.nnodes;
+  return {"RANK=" + std::to_string(options.node_rank * per_node + local_rank),
+          "LOCAL_RANK=" + std::to_string(local_rank),
+          "WORLD_SIZE=" + std::to_string(options.world_size),
+          "LOCAL_WORLD_SIZE=" + std::to_string(per_node),
+          "GROUP_RANK=" + std::to_string(options.node_rank),
+          "MASTER_ADDR=" + options.master_addr,
+          "MASTER_PORT=" + std::to_string(options.master_port)};
+}
+
+int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
+  const int per_node = options.world_size / options.nnodes;
+  struct sigaction action {};
+  action.sa_handler = RememberSignal;
+  sigemptyset(&action.sa_mask);
+  struct sigaction old_int {}, old_term {};
+  sigaction(SIGINT, &action, &old_int);
+  sigaction(SIGTERM, &action, &old_term);
+  const pid_t launcher = getpid();
+
+  std::vector<Child> children;
+  for (int local = 0; local < per_node; ++local) {
+    // Build everything the child needs before fork: only async-signal-safe calls after it.
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string entry = *e;
+      const std::string name = entry.substr(0, entry.find('='));
+      if (name == "RANK" || name == "LOCAL_RANK" || name == "WORLD_SIZE" || name == "LOCAL_WORLD_SIZE" ||
+          name == "GROUP_RANK" || name == "MASTER_ADDR" || name == "MASTER_PORT") {
+        continue;
+      }
+      env_strings.push_back(entry);
+    }
+    for (std::string& e : RankEnvironment(options, local)) env_strings.push_back(std::move(e));
+    std::vector<char*> envp, argv;
+    for (std::string& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args = options.argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+
+    const pid_t pid = fork();
+    if (pid == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher) _exit(127);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    if (pid < 0) {
+      err << "gpipe-plan run: could not start rank " << options.node_rank * per_node + local << ": "
+          << std::strerror(errno) << "\n";
+      for (Child& c : children) kill(c.pid, SIGKILL);
+      for (Child& c : children) waitpid(c.pid, nullptr, 0);
+      return 1;
+    }
+    children.push_back({options.node_rank * per_node + local, pid, true, std::nullopt});
+  }
+
+  using Clock = std::chrono::steady_clock;
+  std::optional<Clock::time_point> stop_since;
+  bool terminated = false, killed = false;
+  std::optional<int> first_failure;
+  int running = static_cast<int>(children.size());
+  while (running > 0) {
+    if (const int s = pending_signal.exchange(0); s != 0) {
+      err << "gpipe-plan run: " << strsignal(s) << "; stopping every rank\n";
+      for (Child& c : children) {
+        if (c.running) kill(c.pid, SIGTERM);
+      }
+      if (!stop_since) stop_since = Clock::now();
+      terminated = true;
+    }
+    int wstatus = 0;
+    const pid_t pid = waitpid(-1, &wstatus, WNOHANG);
+    if (pid > 0) {
+      for (Child& c : children) {
+        if (c.pid != pid) continue;
+        c.running = false;
+        --running;
+        c.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+        if (*c.status != 0 && !first_failure) {
+          first_failure = c.rank;
+          stop_since = Clock::now();
+        }
+      }
+      continue;
+    }
+    if (stop_since) {
+      const auto waited = Clock::now() - *stop_since;
+      if (!terminated && waited > options.grace) {
+        for (Child& c : children) {
+          if (c.running) kill(c.pid, SIGTERM);
+        }
+        terminated = true;
+        stop_since = Clock::now();
+      } else if (terminated && !killed && waited > options.grace) {
+        for (Child& c : children) {
+          if (c.running) kill(c.pid, SIGKILL);
+        }
+        killed = true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  int result = 0;
+  for (const Child& c : children) {
+    if (c.status.value_or(0) == 0) continue;
+    err << "gpipe-plan run: rank " << c.rank << " " << DescribeStatus(*c.status)
+        << (first_failure && *first_failure == c.rank ? " (first to fail)" : " (stopped after another rank failed)")
+        << "\n";
+    if (first_failure && *first_failure == c.rank) result = *c.status;
+  }
+  if (result == 0 && terminated) result = 130;
+  return result;
+}
+
+}  // namespace gpipe::executor

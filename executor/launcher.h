@@ -1,0 +1,37 @@
+// A launcher like torchrun's: starts this node's ranks as child processes running `argv`, with
+// the environment torchrun sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT), and waits for them. It never leaves a rank behind: when one fails the others
+// get SIGTERM after a grace period and SIGKILL after another; SIGINT/SIGTERM sent to the launcher
+// go to every rank; a rank whose launcher dies gets SIGTERM from the kernel (PR_SET_PDEATHSIG).
+// No LibTorch here.
+#pragma once
+
+#include <chrono>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace gpipe::executor {
+
+struct LaunchOptions {
+  int nnodes = 1;
+  int node_rank = 0;
+  /// Ranks in the whole job; nnodes must divide it.
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  /// The command every rank runs: argv[0] is the program (e.g. /proc/self/exe).
+  std::vector<std::string> argv;
+  /// How long the other ranks get to stop on their own after one failed.
+  std::chrono::milliseconds grace{10000};
+};
+
+/// The environment a rank is started with, as NAME=value strings (added to the launcher's own).
+std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank);
+
+/// Runs this node's ranks to the end. Returns 0 when all succeed; otherwise the exit status of
+/// the first rank that failed (128 + signal when killed), after writing one line per failed rank
+/// to `err` ("rank 1 exited with status 1 (first to fail)").
+int LaunchRanks(const LaunchOptions& options, std::ostream& err);
+
+}  // namespace gpipe::executor

@@ -1,0 +1,234 @@
+#include "executor/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <sstream>
+
+#include "executor/checkpoint.h"
+#include "executor/data.h"
+#include "executor/layers.h"
+#include "executor/memory_meter.h"
+#include "executor/stage_runner.h"
+
+namespace gpipe::executor {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Sums gradients (and the loss, on last-stage ranks) over the replicas of this pipeline rank.
+double SumOverReplicas(Communicator& comm, const std::vector<int>& group, const std::vector<torch::Tensor>& params,
+                       bool has_loss, double loss) {
+  std::vector<torch::Tensor> pieces;
+  for (const torch::Tensor& p : params) {
+    if (!p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::zeros_like(p);
+    pieces.push_back(p.grad().reshape({-1}));
+  }
+  if (has_loss) pieces.push_back(torch::full({1}, loss, params.empty() ? torch::TensorOptions() : params[0].options()));
+  torch::Tensor flat = torch::cat(pieces);
+  comm.AllReduceSum(flat, group);
+  int64_t offset = 0;
+  for (const torch::Tensor& p : params) {
+    const int64_t n = p.numel();
+    p.grad().copy_(flat.narrow(0, offset, n).view_as(p));
+    offset += n;
+  }
+  return has_loss ? flat[offset].item<double>() / static_cast<double>(group.size()) : 0.0;
+}
+
+std::string StageList(const std::vector<int>& stages) {
+  std::string text;
+  for (int s : stages) text += (text.empty() ? "" : ",") + std::to_string(s);
+  return text;
+}
+
+}  // namespace
+
+std::string RunFingerprint(const Plan& plan, const ModelSpec& model) {
+  std::ostringstream out;
+  out << "plan " << ScheduleName(plan.schedule) << " K=" << plan.num_ranks() << " D=" << plan.replicas
+      << " M=" << plan.microbatches << " batch=" << plan.global_batch << " " << OptimizerName(plan.optimizer)
+      << " " << PlacementName(plan.placement) << " stages";
+  for (const StagePlan& s : plan.stages) out << " [" << s.first_layer << "," << s.end_layer << ")@" << s.rank;
+  nlohmann::json layers = ModelToJson(model);
+  layers.erase("data");
+  out << "; model " << model.name << " #" << std::hex << std::hash<std::string>{}(layers.dump());
+  return out.str();
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
+                                                       const std::vector<torch::Tensor>& params) {
+  switch (plan.optimizer) {
+    case Optimizer::kSgd: return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(model.learning_rate));
+    case Optimizer::kMomentum:
+      return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(model.learning_rate).momentum(0.9));
+    case Optimizer::kAdam:
+    case Optimizer::kAdamMixed:
+      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(model.learning_rate));
+  }
+  return nullptr;
+}
+
+Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const Schedule& lowered,
+                                Communicator& comm, const TrainOptions& options) {
+  const int K = plan.num_ranks(), D = plan.replicas, M = plan.microbatches;
+  int replica = -1, prank = -1;
+  for (int d = 0; d < D; ++d) {
+    for (int r = 0; r < K; ++r) {
+      if (plan.DeviceOf(d, r) == comm.rank()) replica = d, prank = r;
+    }
+  }
+  if (prank < 0) {
+    return Status::Invalid("process rank " + std::to_string(comm.rank()) + " has no place in the plan (K=" +
+                           std::to_string(K) + ", D=" + std::to_string(D) + "); start K x D = " +
+                           std::to_string(K * D) + " ranks");
+  }
+  const std::string who = "rank " + std::to_string(comm.rank());
+  MemoryMeter meter(options.device);
+
+  RankOutcome outcome;
+  outcome.memory_measure = meter.Describe();
+  outcome.record.rank = comm.rank();
+  outcome.record.replica = replica;
+  outcome.record.pipeline_rank = prank;
+  std::vector<StageSetup> stages;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    if (lowered.stage_rank[static_cast<size_t>(s)] != prank) continue;
+    const StagePlan& sp = plan.stages[static_cast<size_t>(s)];
+    auto layers = BuildLayers(model, sp.first_layer, sp.end_layer, options.device);
+    if (!layers.ok()) return layers.status().WithContext(who);
+    stages.push_back({s, sp.remat, std::move(*layers)});
+    outcome.record.stages.push_back(s);
+  }
+  RunnerConfig config;
+  config.model = &model;
+  config.num_stages = plan.num_stages();
+  config.microbatches = M;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    config.stage_process.push_back(plan.DeviceOf(replica, lowered.stage_rank[static_cast<size_t>(s)]));
+  }
+  config.loss_scale = 1.0 / (static_cast<double>(M) * D);
+  config.device = options.device;
+  config.split_backward = plan.schedule == ScheduleKind::kZbH1;
+  StageRunner runner(config, std::move(stages), comm);
+  outcome.has_last_stage = runner.HasLastStage();
+  const std::vector<torch::Tensor> params = runner.Parameters();
+  std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(plan, model, params);
+  Expected<DataSource> data = DataSource::Open(model);
+  if (!data.ok()) return data.status().WithContext(who);
+
+  std::vector<int> group;
+  for (int d = 0; d < D; ++d) group.push_back(plan.DeviceOf(d, prank));
+  std::sort(group.begin(), group.end());
+
+  int first_step = 0;
+  const std::string fingerprint = RunFingerprint(plan, model);
+  if (options.resume) {
+    Expected<std::optional<CheckpointInfo>> latest = LatestCheckpoint(options.checkpoint_dir);
+    if (!latest.ok()) return latest.status().WithContext(who);
+    if (!latest->has_value()) {
+      return Status::Invalid(who + ": --resume: " + options.checkpoint_dir + " holds no checkpoint yet; run without --resume");
+    }
+    const CheckpointInfo& info = **latest;
+    if (info.fingerprint != fingerprint) {
+      return Status::Invalid(who + ": --resume: the checkpoint in " + options.checkpoint_dir +
+                             " is of another plan or model:\n  checkpoint: " + info.fingerprint +
+                             "\n  this run:   " + fingerprint + "\nresume with the plan and model it was made with, "
+                             "or use a fresh --checkpoint-dir");
+    }
+    GPIPE_RETURN_IF_ERROR(LoadRankState(options.checkpoint_dir, info.step, comm.rank(), runner.stages(), *optimizer)
+                              .WithContext(who));
+    first_step = info.step;
+  }
+
+  const std::vector<Action>& actions = lowered.ranks[static_cast<size_t>(prank)];
+  const int64_t replica_batch = plan.global_batch / D;
+  outcome.record.static_memory_bytes = meter.CurrentBytes();
+  for (int step = first_step; step < options.steps; ++step) {
+    {
+      // Dropout draws from the process-wide generator: reseeding it per step and rank makes a
+      // resumed run draw what an uninterrupted one would.
+      std::lock_guard<std::mutex> lock(GlobalRngMutex());
+      torch::manual_seed(model.seed * 1000003ull + static_cast<uint64_t>(step) * 7919ull + static_cast<uint64_t>(comm.rank()));
+    }
+    size_t index = 0;
+    try {
+      comm.Barrier();
+      meter.ResetPeak();
+      const Clock::time_point start = Clock::now();
+      optimizer->zero_grad(/*set_to_none=*/true);
+      Batch batch = Slice(data->GlobalBatch(step, plan.global_batch), replica * replica_batch, replica_batch);
+      runner.BeginStep(batch, start);
+      for (index = 0; index < actions.size(); ++index) {
+        ActionTime t = runner.Execute(actions, index);
+        outcome.record.actions.push_back({step, actions[index], t.start_ms, t.end_ms, t.recompute_ms});
+      }
+      runner.FinishStep();
+      double loss = runner.StepLoss();
+      if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss);
+      optimizer->step();
+      const double time_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      outcome.steps.push_back({step, loss, time_ms});
+      outcome.record.step_peak_memory_bytes.push_back(meter.PeakBytes());
+      outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, meter.PeakBytes());
+      if (options.on_step) options.on_step(step, options.steps, loss, time_ms);
+    } catch (const std::exception& e) {
+      std::string where = who + " (stages " + StageList(outcome.record.stages) + "), step " + std::to_string(step);
+      if (index < actions.size()) {
+        where += ", action " + ActionToText(actions[index]) + " (" + std::to_string(index + 1) + " of " +
+                 std::to_string(actions.size()) + ")";
+      }
+      std::string what = e.what();
+      if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) what = c10->what_without_backtrace();
+      return Status::Invalid(where + ": " + what);
+    }
+    const bool last = step + 1 == options.steps;
+    if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 &&
+        ((step + 1) % options.checkpoint_every == 0 || last)) {
+      GPIPE_RETURN_IF_ERROR(SaveRankState(options.checkpoint_dir, step + 1, comm.rank(), runner.stages(), *optimizer)
+                                .WithContext(who));
+      try {
+        comm.Barrier();
+        if (comm.rank() == 0) {
+          GPIPE_RETURN_IF_ERROR(CommitCheckpoint(options.checkpoint_dir, {step + 1, fingerprint, comm.size()}));
+        }
+        comm.Barrier();
+      } catch (const std::exception& e) {
+        return Status::Invalid(who + ": while committing the checkpoint after step " + std::to_string(step + 1) +
+                               ": " + e.what());
+      }
+    }
+  }
+  for (const torch::Tensor& p : params) outcome.parameters.push_back(p.detach().cpu());
+  return outcome;
+}
+
+RunRecord MergeOutcomes(const Plan& plan, const ModelSpec& model, std::vector<RankOutcome> outcomes) {
+  std::sort(outcomes.begin(), outcomes.end(),
+            [](const RankOutcome& a, const RankOutcome& b) { return a.record.rank < b.record.rank; });
+  RunRecord record;
+  record.model = model.name;
+  record.schedule = ScheduleName(plan.schedule);
+  record.global_batch = plan.global_batch;
+  record.microbatches = plan.microbatches;
+  record.num_ranks = plan.num_ranks();
+  record.replicas = plan.replicas;
+  if (!outcomes.empty()) record.memory_measure = outcomes.front().memory_measure;
+  const RankOutcome* loss_rank = nullptr;
+  for (const RankOutcome& o : outcomes) {
+    if (o.has_last_stage && o.record.replica == 0) loss_rank = &o;
+  }
+  size_t steps = outcomes.empty() ? 0 : outcomes.front().steps.size();
+  for (const RankOutcome& o : outcomes) steps = std::min(steps, o.steps.size());
+  for (size_t i = 0; i < steps; ++i) {
+    StepRecord s = outcomes.front().steps[i];
+    for (const RankOutcome& o : outcomes) s.time_ms = std::max(s.time_ms, o.steps[i].time_ms);
+    s.loss = loss_rank != nullptr ? loss_rank->steps[i].loss : 0.0;
+    record.steps.push_back(s);
+  }
+  record.throughput_samples_per_s = ThroughputOf(record.steps, plan.global_batch);
+  for (RankOutcome& o : outcomes) record.ranks.push_back(std::move(o.record));
+  return record;
+}
+
+}  // namespace gpipe::executor

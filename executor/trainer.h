@@ -1,0 +1,63 @@
+// One rank's training loop: every step starts with a barrier (so all ranks' clocks start
+// together, as in the simulator), walks the rank's action list through the StageRunner, sums
+// gradients over the data-parallel replicas of each stage, and steps the optimizer once per global
+// batch. It also saves and resumes checkpoints and measures what the run record holds.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/run_record.h"
+#include "core/schedule/schedule.h"
+#include "core/status.h"
+#include "executor/communicator.h"
+
+namespace gpipe::executor {
+
+struct TrainOptions {
+  int steps = 1;
+  torch::Device device = torch::kCPU;
+  /// Empty: no checkpoints.
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  /// Continue from the latest checkpoint in checkpoint_dir (error when there is none).
+  bool resume = false;
+  /// Called on every rank after each step with (step, steps, loss, step time); loss is meaningful
+  /// on ranks that hold the last stage.
+  std::function<void(int, int, double, double)> on_step;
+};
+
+/// What one rank saw.
+struct RankOutcome {
+  RankRecord record;
+  /// Steps run by this rank: its own time; loss where it holds the last stage (averaged over
+  /// replicas), else 0.
+  std::vector<StepRecord> steps;
+  bool has_last_stage = false;
+  std::string memory_measure;
+  /// The rank's parameters after training, in stage and layer order (for tests).
+  std::vector<torch::Tensor> parameters;
+};
+
+/// A fingerprint of what a checkpoint must match: the plan's cut, schedule, batch and optimizer
+/// and the model's layers.
+std::string RunFingerprint(const Plan& plan, const ModelSpec& model);
+
+/// Trains this process's rank (comm.rank() is its device index in the plan). `lowered` is
+/// BuildSchedule(plan). Errors name the rank, the step and the action that failed.
+Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const Schedule& lowered,
+                                Communicator& comm, const TrainOptions& options);
+
+/// Merges the ranks' outcomes into one record: a step's time is the slowest rank's.
+RunRecord MergeOutcomes(const Plan& plan, const ModelSpec& model, std::vector<RankOutcome> outcomes);
+
+/// The optimizer the plan names, over `params`, with the model's learning rate.
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
+                                                       const std::vector<torch::Tensor>& params);
+
+}  // namespace gpipe::executor

@@ -1,0 +1,226 @@
+#include "executor/worker.h"
+
+#include <cmath>
+#include <cstdio>
+#include <mutex>
+#include <ostream>
+#include <thread>
+
+#include "core/schedule/validate.h"
+#include "core/text.h"
+#include "executor/c10d_communicator.h"
+#include "executor/layers.h"
+#include "executor/local_communicator.h"
+
+namespace gpipe::executor {
+namespace {
+
+Expected<int> IntFromEnv(const std::map<std::string, std::string>& env, const std::string& name, int min) {
+  auto it = env.find(name);
+  if (it == env.end()) return Status::Invalid("environment variable " + name + " is not set");
+  try {
+    size_t used = 0;
+    const int value = std::stoi(it->second, &used);
+    if (used != it->second.size() || value < min) throw std::invalid_argument(name);
+    return value;
+  } catch (const std::exception&) {
+    return Status::Invalid("environment variable " + name + "=\"" + it->second + "\" is not a whole number >= " +
+                           std::to_string(min));
+  }
+}
+
+nlohmann::json OutcomeToJson(const RankOutcome& o) {
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepRecord& s : o.steps) steps.push_back({{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}});
+  return {{"record", RankRecordToJson(o.record)},
+          {"steps", steps},
+          {"has_last_stage", o.has_last_stage},
+          {"memory_measure", o.memory_measure}};
+}
+
+Expected<RankOutcome> OutcomeFromJson(const std::string& text) {
+  RankOutcome o;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(text);
+    Expected<RankRecord> record = RankRecordFromJson(json.at("record"), "rank record");
+    if (!record.ok()) return record.status();
+    o.record = std::move(*record);
+    for (const nlohmann::json& s : json.at("steps")) {
+      o.steps.push_back({s.at("step").get<int>(), s.at("loss").is_number() ? s.at("loss").get<double>() : NAN,
+                         s.at("time_ms").get<double>()});
+    }
+    o.has_last_stage = json.at("has_last_stage").get<bool>();
+    o.memory_measure = json.at("memory_measure").get<std::string>();
+  } catch (const std::exception& e) {
+    return Status::Invalid(std::string("a rank sent an unreadable record: ") + e.what());
+  }
+  return o;
+}
+
+// "step 3/10  loss 4.1234  812.5 samples/s  2.1 s left"
+void PrintProgress(std::ostream& out, int step, int steps, double loss, double time_ms, int64_t batch,
+                   double* mean_ms, int* seen) {
+  *mean_ms = (*mean_ms * *seen + time_ms) / (*seen + 1);
+  ++*seen;
+  out << Sprintf("step %d/%d  loss %.4f  %.1f samples/s  %.1f s left\n", step + 1, steps, loss,
+                static_cast<double>(batch) / (time_ms / 1000.0), *mean_ms * (steps - step - 1) / 1000.0);
+  out.flush();
+}
+
+}  // namespace
+
+Expected<std::optional<WorkerEnv>> WorkerEnvFrom(const std::map<std::string, std::string>& env) {
+  WorkerEnv w;
+  const bool torchrun = env.count("RANK") > 0 && env.count("WORLD_SIZE") > 0;
+  const bool slurm = env.count("SLURM_PROCID") > 0 && env.count("SLURM_NTASKS") > 0;
+  if (!torchrun && !slurm) return std::optional<WorkerEnv>();
+  const std::string rank_var = torchrun ? "RANK" : "SLURM_PROCID";
+  const std::string size_var = torchrun ? "WORLD_SIZE" : "SLURM_NTASKS";
+  const std::string local_var = torchrun ? "LOCAL_RANK" : "SLURM_LOCALID";
+  Expected<int> rank = IntFromEnv(env, rank_var, 0);
+  if (!rank.ok()) return rank.status();
+  Expected<int> size = IntFromEnv(env, size_var, 1);
+  if (!size.ok()) return size.status();
+  if (*rank >= *size) {
+    return Status::Invalid(rank_var + "=" + std::to_string(*rank) + " is not below " + size_var + "=" +
+                           std::to_string(*size));
+  }
+  w.rank = *rank;
+  w.world_size = *size;
+  if (env.count(local_var) > 0) {
+    Expected<int> local = IntFromEnv(env, local_var, 0);
+    if (!local.ok()) return local.status();
+    w.local_rank = *local;
+  }
+  if (auto it = env.find("MASTER_ADDR"); it != env.end()) w.master_addr = it->second;
+  if (env.count("MASTER_PORT") > 0) {
+    Expected<int> port = IntFromEnv(env, "MASTER_PORT", 1);
+    if (!port.ok()) return port.status();
+    w.master_port = *port;
+  }
+  return std::optional<WorkerEnv>(w);
+}
+
+Status CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size) {
+  Expected<int> layers = CountLayers(model);
+  if (!layers.ok()) return layers.status();
+  if (*layers != plan.profile.num_layers()) {
+    return Status::Invalid("the model " + model.name + " has " + std::to_string(*layers) +
+                           " layers but the plan's profile (" + plan.profile.model + ") has " +
+                           std::to_string(plan.profile.num_layers()) +
+                           "; plan with a profile of this model (gpipe-plan profile)");
+  }
+  const int needed = plan.num_ranks() * plan.replicas;
+  if (world_size > 0 && world_size != needed) {
+    return Status::Invalid("the job has " + std::to_string(world_size) + " ranks but the plan needs K x D = " +
+                           std::to_string(plan.num_ranks()) + " x " + std::to_string(plan.replicas) + " = " +
+                           std::to_string(needed));
+  }
+  if (plan.global_batch % (int64_t{plan.replicas} * plan.microbatches) != 0) {
+    return Status::Invalid("the plan's global batch " + std::to_string(plan.global_batch) +
+                           " does not split into D x M = " + std::to_string(plan.replicas * plan.microbatches) +
+                           " equal micro-batches");
+  }
+  return BuildSchedule(plan).ok() ? Status::Ok() : BuildSchedule(plan).status();
+}
+
+Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& model, const WorkerEnv& env,
+                                             const RunSettings& settings, std::ostream& progress) {
+  GPIPE_RETURN_IF_ERROR(CheckRunnable(plan, model, env.world_size));
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  if (!schedule.ok()) return schedule.status();
+  at::set_num_threads(settings.threads_per_rank);
+  const bool cuda = settings.device == "cuda";
+  if (cuda && !torch::cuda::is_available()) {
+    return Status::Invalid("--device cuda: this machine has no usable GPU (or LibTorch has no CUDA); use --device cpu");
+  }
+  RendezvousOptions rendezvous;
+  rendezvous.master_addr = env.master_addr;
+  rendezvous.master_port = env.master_port;
+  rendezvous.rank = env.rank;
+  rendezvous.world_size = env.world_size;
+  rendezvous.timeout = settings.timeout;
+  rendezvous.nccl = cuda;
+  Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
+  if (!comm.ok()) return comm.status();
+
+  TrainOptions options;
+  options.steps = settings.steps;
+  options.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : torch::Device(torch::kCPU);
+  options.checkpoint_dir = settings.checkpoint_dir;
+  options.checkpoint_every = settings.checkpoint_every;
+  options.resume = settings.resume;
+  const int last_rank = plan.stages.back().rank;
+  const bool reporter = plan.DeviceOf(0, last_rank) == env.rank;
+  double mean_ms = 0;
+  int seen = 0;
+  if (reporter) {
+    options.on_step = [&](int step, int steps, double loss, double time_ms) {
+      PrintProgress(progress, step, steps, loss, time_ms, plan.global_batch, &mean_ms, &seen);
+    };
+  }
+  Expected<RankOutcome> outcome = TrainRank(plan, model, *schedule, **comm, options);
+  if (!outcome.ok()) return outcome.status();
+  std::vector<std::string> gathered;
+  try {
+    gathered = (*comm)->GatherToRankZero(OutcomeToJson(*outcome).dump());
+  } catch (const std::exception& e) {
+    return Status::Invalid(std::string("collecting the run record: ") + e.what());
+  }
+  if (env.rank != 0) return std::optional<RunRecord>();
+  std::vector<RankOutcome> outcomes;
+  for (const std::string& text : gathered) {
+    Expected<RankOutcome> o = OutcomeFromJson(text);
+    if (!o.ok()) return o.status();
+    outcomes.push_back(std::move(*o));
+  }
+  RunRecord record = MergeOutcomes(plan, model, std::move(outcomes));
+  record.device = settings.device;
+  record.backend = (*comm)->backend();
+  record.threads_per_rank = settings.threads_per_rank;
+  return std::optional<RunRecord>(std::move(record));
+}
+
+Expected<RunRecord> TrainInProcess(const Plan& plan, const ModelSpec& model, const RunSettings& settings,
+                                   std::vector<RankOutcome>* outcomes) {
+  GPIPE_RETURN_IF_ERROR(CheckRunnable(plan, model, 0));
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  if (!schedule.ok()) return schedule.status();
+  const int world = plan.num_ranks() * plan.replicas;
+  auto hub = std::make_shared<LocalHub>(world, settings.timeout);
+  std::vector<std::optional<Expected<RankOutcome>>> results(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  TrainOptions options;
+  options.steps = settings.steps;
+  options.checkpoint_dir = settings.checkpoint_dir;
+  options.checkpoint_every = settings.checkpoint_every;
+  options.resume = settings.resume;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      at::set_num_threads(settings.threads_per_rank);
+      std::unique_ptr<Communicator> comm = MakeLocalCommunicator(hub, r);
+      Expected<RankOutcome> outcome = TrainRank(plan, model, *schedule, *comm, options);
+      if (!outcome.ok()) hub->Abort(outcome.status().message());
+      results[static_cast<size_t>(r)] = std::move(outcome);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<RankOutcome> ok;
+  // The first failure is the cause; the others stopped because of it.
+  for (auto& result : results) {
+    if (!result->ok() && result->status().message().find("stopped: ") == std::string::npos) {
+      return result->status();
+    }
+  }
+  for (auto& result : results) {
+    if (!result->ok()) return result->status();
+    ok.push_back(std::move(result->value()));
+  }
+  if (outcomes != nullptr) *outcomes = ok;
+  RunRecord record = MergeOutcomes(plan, model, std::move(ok));
+  record.backend = "in-process";
+  record.threads_per_rank = settings.threads_per_rank;
+  return record;
+}
+
+}  // namespace gpipe::executor

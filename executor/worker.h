@@ -1,0 +1,58 @@
+// Running a plan: one rank of a multi-process job (RunWorker, what every process started by the
+// launcher, torchrun or SLURM does), or every rank as a thread of this process over the in-process
+// wire (TrainInProcess, for tests and quick checks). Both check the plan against the model first.
+#pragma once
+
+#include <chrono>
+#include <iosfwd>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/plan.h"
+#include "core/run_record.h"
+#include "core/status.h"
+#include "executor/trainer.h"
+
+namespace gpipe::executor {
+
+/// Where this process sits in the job, from torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK,
+/// MASTER_ADDR, MASTER_PORT) or SLURM's (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID).
+struct WorkerEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+/// nullopt when the environment names no job (then the caller launches one).
+Expected<std::optional<WorkerEnv>> WorkerEnvFrom(const std::map<std::string, std::string>& env);
+
+struct RunSettings {
+  int steps = 10;
+  int threads_per_rank = 1;
+  /// "cpu", or "cuda" (each rank on GPU LOCAL_RANK, NCCL on the wire).
+  std::string device = "cpu";
+  std::chrono::milliseconds timeout{60000};
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  bool resume = false;
+};
+
+/// The checks before any rank starts: the model's layers match the plan's profile, and the
+/// plan's schedule builds. `world_size` (when > 0) must be K x D.
+Status CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size);
+
+/// Trains this process's rank; rank 0 returns the merged record, the others nullopt. Progress
+/// lines go to `progress` from the rank that holds the last stage of replica 0.
+Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& model, const WorkerEnv& env,
+                                             const RunSettings& settings, std::ostream& progress);
+
+/// Every rank of the plan as a thread of this process, over the in-process wire (each thread one
+/// intra-op thread). `outcomes`, when given, receives each rank's outcome (with its parameters).
+Expected<RunRecord> TrainInProcess(const Plan& plan, const ModelSpec& model, const RunSettings& settings,
+                                   std::vector<RankOutcome>* outcomes = nullptr);
+
+}  // namespace gpipe::executor
