@@ -32,7 +32,7 @@ enum class LayerType {
   kLayerNorm,         // dim
   kDropout,           // p
   kTransformerBlock,  // pre-norm attention + MLP: dim, heads, mlp_ratio (4), dropout (0), causal
-  kLmHead,            // layer norm then linear to the vocabulary: dim, vocab
+  kLmHead,            // layer norm then linear (no bias) to the vocabulary: dim, vocab
   kConv2d,            // in, out, kernel, stride (1), padding (0)
   kConvBlock,         // conv2d + batch-norm + relu: in, out, kernel, stride (1), padding (0)
   kBatchNorm2d,       // channels

@@ -90,17 +90,21 @@ Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::s
       }
     }
   }
-  if (const nlohmann::json* peaks = r.Raw("step_peak_memory_bytes"); peaks != nullptr && r.status().ok()) {
-    if (!peaks->is_array()) {
-      r.Fail("step_peak_memory_bytes", "is " + Describe(*peaks) + "; expected a list of byte counts");
-    } else {
-      for (const nlohmann::json& p : *peaks) {
-        if (!p.is_number() || p.get<double>() < 0) {
-          r.Fail("step_peak_memory_bytes", "holds " + Describe(p) + "; byte counts are numbers >= 0");
-          break;
-        }
-        rank.step_peak_memory_bytes.push_back(p.get<int64_t>());
+  for (const char* key : {"step_peak_memory_bytes", "step_start_memory_bytes"}) {
+    std::vector<int64_t>& out =
+        std::string_view(key) == "step_peak_memory_bytes" ? rank.step_peak_memory_bytes : rank.step_start_memory_bytes;
+    const nlohmann::json* list = r.Raw(key);
+    if (list == nullptr || !r.status().ok()) continue;
+    if (!list->is_array()) {
+      r.Fail(key, "is " + Describe(*list) + "; expected a list of byte counts");
+      continue;
+    }
+    for (const nlohmann::json& p : *list) {
+      if (!p.is_number() || p.get<double>() < 0) {
+        r.Fail(key, "holds " + Describe(p) + "; byte counts are numbers >= 0");
+        break;
       }
+      out.push_back(p.get<int64_t>());
     }
   }
   if (!r.status().ok()) return r.status();
@@ -123,6 +127,7 @@ nlohmann::json RankRecordToJson(const RankRecord& rank) {
           {"peak_memory_bytes", rank.peak_memory_bytes},
           {"static_memory_bytes", rank.static_memory_bytes},
           {"step_peak_memory_bytes", rank.step_peak_memory_bytes},
+          {"step_start_memory_bytes", rank.step_start_memory_bytes},
           {"actions", std::move(actions)}};
 }
 

@@ -38,6 +38,9 @@ struct RankRecord {
   int64_t static_memory_bytes = 0;
   /// Each step's peak, so the warm-up step can be told apart.
   std::vector<int64_t> step_peak_memory_bytes;
+  /// What the rank held as each step began (weights, optimizer state; gradients are freed):
+  /// a step's peak minus this is what the step itself added (activations, gradients, buffers).
+  std::vector<int64_t> step_start_memory_bytes;
   std::vector<ActionRecord> actions;
 };
 

@@ -57,7 +57,7 @@ struct TransformerBlockImpl : nn::Module {
 struct LmHeadImpl : nn::Module {
   LmHeadImpl(int64_t dim, int64_t vocab)
       : norm(register_module("norm", nn::LayerNorm(nn::LayerNormOptions({dim})))),
-        out(register_module("out", nn::Linear(dim, vocab))) {}
+        out(register_module("out", nn::Linear(nn::LinearOptions(dim, vocab).bias(false)))) {}
   torch::Tensor forward(const torch::Tensor& x) { return out(norm(x)); }
   nn::LayerNorm norm;
   nn::Linear out;

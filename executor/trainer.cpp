@@ -154,9 +154,10 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
     size_t index = 0;
     try {
       comm.Barrier();
-      meter.ResetPeak();
       const Clock::time_point start = Clock::now();
       optimizer->zero_grad(/*set_to_none=*/true);
+      meter.ResetPeak();
+      outcome.record.step_start_memory_bytes.push_back(meter.CurrentBytes());
       Batch batch = Slice(data->GlobalBatch(step, plan.global_batch), replica * replica_batch, replica_batch);
       runner.BeginStep(batch, start);
       for (index = 0; index < actions.size(); ++index) {

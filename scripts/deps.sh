@@ -1,19 +1,50 @@
-# Sourced by setup.sh and test.sh: installs the Debian packages the build needs, when missing.
-# Only what is absent is installed, so a machine that has everything makes no network call.
+# Sourced by setup.sh and test.sh: installs what the build needs, when missing. Only what is absent
+# is installed, so a machine that has everything makes no network call.
+#  - Debian packages: the toolchain, nlohmann/json, CLI11, GoogleTest, Google Benchmark, and Gloo's
+#    headers (LibTorch's c10d headers include them but the torch wheel does not ship them).
+#  - LibTorch, from the torch wheel on PyPI, pinned to the GPU machines' version so that the same
+#    code builds on both. If pip cannot install it, Debian's libtorch-dev (CPU only) is the fallback.
 GPIPE_DEBIAN_PACKAGES=(cmake ninja-build g++ ccache python3 nlohmann-json3-dev libcli11-dev
-                       libgtest-dev libgmock-dev googletest libbenchmark-dev)
+                       libgtest-dev libgmock-dev googletest libbenchmark-dev libgloo-dev)
+GPIPE_TORCH_VERSION=2.11.0
 
-install_missing_packages() {
+_gpipe_sudo() {
+  if [ "$(id -u)" -ne 0 ]; then sudo "$@"; else "$@"; fi
+}
+
+_gpipe_apt_install() {
   local missing=()
-  for package in "${GPIPE_DEBIAN_PACKAGES[@]}"; do
+  for package in "$@"; do
     dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
   done
-  if [ ${#missing[@]} -eq 0 ]; then
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing missing packages: ${missing[*]}"
+  _gpipe_sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive _gpipe_sudo apt-get install -y -qq "${missing[@]}"
+}
+
+install_missing_packages() {
+  _gpipe_apt_install "${GPIPE_DEBIAN_PACKAGES[@]}"
+}
+
+# torch==GPIPE_TORCH_VERSION for python3 (its LibTorch is what the executor links).
+install_torch() {
+  if python3 -c "import sys, torch; sys.exit(torch.__version__.split('+')[0] != '$GPIPE_TORCH_VERSION')" 2>/dev/null; then
     return 0
   fi
-  echo "installing missing packages: ${missing[*]}"
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+  echo "installing torch==$GPIPE_TORCH_VERSION from PyPI (LibTorch for the executor; about 3 GB with its CUDA libraries)"
+  if ! python3 -m pip install -q --root-user-action=ignore "torch==$GPIPE_TORCH_VERSION"; then
+    echo "NOTE: pip could not install torch==$GPIPE_TORCH_VERSION; falling back to Debian's libtorch-dev (CPU only)"
+    _gpipe_apt_install libtorch-dev libopenblas0-pthread
+  fi
+}
+
+# The CMAKE_PREFIX_PATH under which find_package(Torch) finds LibTorch.
+torch_cmake_prefix() {
+  local prefix
+  if prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null); then
+    echo "$prefix"
+  else
+    echo /usr/lib/x86_64-linux-gnu/cmake
+  fi
 }

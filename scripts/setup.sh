@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# One command for a fresh machine: install what is missing, build, and run the main job on the
-# built-in default: plan the tiny GPT profile on two CPU ranks, then simulate the plan it wrote.
-#   bash scripts/setup.sh            # build into build/ and simulate the default plan
-#   BUILD_DIR=out bash scripts/setup.sh
+# One command for a fresh machine: install what is missing (Debian packages and LibTorch), build,
+# and run the main job on the built-in default: plan the tiny GPT on two CPU ranks, simulate the
+# plan, then train the tiny GPT on it for real (two processes over Gloo) and write the run record.
+#   bash scripts/setup.sh
+#   BUILD_DIR=out STEPS=50 bash scripts/setup.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
 install_missing_packages
+install_torch
 
 BUILD_DIR=${BUILD_DIR:-build}
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CMAKE_ARGS:-}
+STEPS=${STEPS:-20}
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPIPE_WITH_TORCH=ON \
+  -DCMAKE_PREFIX_PATH="$(torch_cmake_prefix)" ${CMAKE_ARGS:-}
 cmake --build "$BUILD_DIR" --target gpipe-plan
 
 echo
@@ -20,3 +24,7 @@ echo
 echo "== gpipe-plan simulate $BUILD_DIR/tiny-gpt-plan.json =="
 "$BUILD_DIR/gpipe-plan" simulate "$BUILD_DIR/tiny-gpt-plan.json" --svg "$BUILD_DIR/tiny-gpt-plan.svg" \
   --trace "$BUILD_DIR/tiny-gpt-plan.trace.json"
+echo
+echo "== gpipe-plan run $BUILD_DIR/tiny-gpt-plan.json --model models/tiny-gpt.json --steps $STEPS =="
+"$BUILD_DIR/gpipe-plan" run "$BUILD_DIR/tiny-gpt-plan.json" --model models/tiny-gpt.json --steps "$STEPS" \
+  --record "$BUILD_DIR/tiny-gpt-run.json" --svg "$BUILD_DIR/tiny-gpt-run.svg" --trace "$BUILD_DIR/tiny-gpt-run.trace.json"

@@ -131,6 +131,40 @@ TEST(EquivalenceTest, AdamMatchesOneProcessWithinATenthOfAStep) {
   ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), 0.1 * lr);
 }
 
+// Images through convolutions (no batch norm: its statistics are per micro-batch, the known
+// exception), cut into three stages.
+TEST(EquivalenceTest, ConvolutionsOnImagesMatchOneProcess) {
+  ModelSpec model;
+  model.name = "test-cnn";
+  model.input.kind = InputKind::kImages;
+  model.input.channels = 3;
+  model.input.height = model.input.width = 8;
+  model.input.classes = 4;
+  model.data.kind = DataKind::kSyntheticImages;
+  model.learning_rate = 0.1;
+  const auto layer = [](LayerType type, int64_t in, int64_t out) {
+    LayerSpec l;
+    l.type = type;
+    l.name = std::string(LayerTypeName(type)) + std::to_string(in) + "-" + std::to_string(out);
+    l.in = in;
+    l.out = out;
+    l.kernel = type == LayerType::kConv2d ? 3 : 2;
+    l.stride = type == LayerType::kConv2d ? 1 : 2;
+    l.padding = type == LayerType::kConv2d ? 1 : 0;
+    return l;
+  };
+  model.layers = {layer(LayerType::kConv2d, 3, 8), layer(LayerType::kActivation, 0, 1),
+                  layer(LayerType::kMaxPool2d, 0, 2), layer(LayerType::kConv2d, 8, 8),
+                  layer(LayerType::kGlobalAvgPool, 0, 3), layer(LayerType::kLinear, 8, 4)};
+  const Plan plan = EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 3, 1, 4, 1, 8, true, Optimizer::kSgd);
+  RunSettings settings;
+  settings.steps = kSteps;
+  std::vector<RankOutcome> outcomes;
+  Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
+  ASSERT_TRUE(record.ok()) << record.status().message();
+  ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), 2e-6);
+}
+
 // The loss a pipelined run reports is the whole batch's mean loss.
 TEST(EquivalenceTest, ReportedLossIsTheBatchMean) {
   const ModelSpec model = TinyGpt(2);

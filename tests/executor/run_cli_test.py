@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""End-to-end tests of `gpipe-plan run` over real processes and Gloo on loopback.
+
+Usage: run_cli_test.py BINARY CASE   (CASE: one of the functions named in CASES below)
+Each case makes its own plans with `gpipe-plan plan`, runs them, and asserts on the run records.
+"""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SOURCE = os.environ.get("GPIPE_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MODEL = os.path.join(SOURCE, "models", "tiny-gpt.json")
+PROFILE = os.path.join(SOURCE, "profiles", "tiny-gpt-cpu.json")
+CLUSTER = os.path.join(SOURCE, "profiles", "clusters", "cpu-2.json")
+
+
+def sh(args, check=True, **kw):
+    result = subprocess.run(args, capture_output=True, text=True, **kw)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+    return result
+
+
+def plan(binary, tmp, name, stages=2, microbatches=4, schedule="1f1b", remat="off", batch=16):
+    path = os.path.join(tmp, name + ".json")
+    sh([binary, "plan", "--profile", PROFILE, "--cluster", CLUSTER, "--global-batch", str(batch),
+        "--stages", str(stages), "--microbatches", str(microbatches), "--schedule", schedule,
+        "--remat", remat, "--replicas", "1", "-o", path])
+    return path
+
+
+def record(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def losses(rec):
+    return [s["loss"] for s in rec["steps"]]
+
+
+def two_ranks_record(binary, tmp):
+    """Two processes over Gloo: the record has what the issue asks for, and the same losses as
+    the in-process wire (whose parameters the equivalence tests check against one process)."""
+    p = plan(binary, tmp, "p")
+    out = os.path.join(tmp, "run.json")
+    trace = os.path.join(tmp, "trace.json")
+    result = sh([binary, "run", p, "--model", MODEL, "--steps", "3", "--record", out, "--trace", trace])
+    assert "step 3/3" in result.stdout, result.stdout
+    rec = record(out)
+    assert rec["format"] == "gpipe-run/1" and rec["backend"] == "gloo"
+    assert len(rec["steps"]) == 3 and all(s["time_ms"] > 0 for s in rec["steps"])
+    assert rec["throughput_samples_per_s"] > 0
+    assert [r["rank"] for r in rec["ranks"]] == [0, 1]
+    for r in rec["ranks"]:
+        assert r["peak_memory_bytes"] > r["static_memory_bytes"] > 0, r
+        computes = [a for a in r["actions"] if a["step"] == 2 and a["action"][1] in "FB"]
+        assert len(computes) == 8, computes  # 4 forwards + 4 backwards per rank
+    with open(trace) as f:
+        events = json.load(f)["traceEvents"]
+    assert any(e.get("name") == "1B3" for e in events)
+    local = os.path.join(tmp, "local.json")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "3", "--record", local, "--in-process"])
+    for a, b in zip(losses(rec), losses(record(local))):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), (losses(rec), losses(record(local)))
+
+
+def two_nodes_loopback(binary, tmp):
+    """Two launcher invocations on loopback acting as two nodes form one pipeline."""
+    p = plan(binary, tmp, "p", stages=2, microbatches=2, schedule="gpipe")
+    out = os.path.join(tmp, "run.json")
+    port = str(free_port())
+    common = ["run", p, "--model", MODEL, "--steps", "2", "--nnodes", "2", "--master-addr", "127.0.0.1",
+              "--master-port", port, "--timeout", "60"]
+    node0 = subprocess.Popen([binary] + common + ["--node-rank", "0", "--record", out],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    node1 = subprocess.Popen([binary] + common + ["--node-rank", "1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out0, err0 = node0.communicate(timeout=120)
+    out1, err1 = node1.communicate(timeout=120)
+    assert node0.returncode == 0 and node1.returncode == 0, (err0, err1)
+    assert "1 rank on this node (2 in the job)" in err0, err0
+    rec = record(out)
+    assert len(rec["ranks"]) == 2 and len(rec["steps"]) == 2
+    assert "step 2/2" in out1, out1  # the last stage's rank prints progress, on node 1
+
+
+def resume_equals_uninterrupted(binary, tmp):
+    """A run stopped after 2 steps and resumed to 4 has the losses of a 4-step run."""
+    p = plan(binary, tmp, "p", schedule="zb-h1")
+    full = os.path.join(tmp, "full.json")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "4", "--record", full])
+    ckpt = os.path.join(tmp, "ckpt")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "2", "--checkpoint-dir", ckpt, "--checkpoint-every", "1"])
+    assert open(os.path.join(ckpt, "latest")).read().strip() == "step-2"
+    resumed = os.path.join(tmp, "resumed.json")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "4", "--checkpoint-dir", ckpt, "--resume",
+        "--record", resumed])
+    a, b = losses(record(full))[2:], losses(record(resumed))
+    assert len(b) == 2 and all(abs(x - y) <= 1e-6 for x, y in zip(a, b)), (a, b)
+
+
+def resume_other_plan_refused(binary, tmp):
+    p1 = plan(binary, tmp, "p1", microbatches=4)
+    p2 = plan(binary, tmp, "p2", microbatches=2)
+    ckpt = os.path.join(tmp, "ckpt")
+    sh([binary, "run", p1, "--model", MODEL, "--steps", "1", "--checkpoint-dir", ckpt])
+    result = sh([binary, "run", p2, "--model", MODEL, "--steps", "2", "--checkpoint-dir", ckpt, "--resume"],
+                check=False)
+    assert result.returncode == 1, result
+    assert "is of another plan or model" in result.stderr and "M=4" in result.stderr, result.stderr
+
+
+def rank_killed(binary, tmp):
+    """Killing one rank mid-run stops the others within the timeout, and the launcher names it."""
+    p = plan(binary, tmp, "p")
+    start = time.monotonic()
+    launcher = subprocess.Popen([binary, "run", p, "--model", MODEL, "--steps", "100000", "--timeout", "10"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    victim = None
+    while time.monotonic() - start < 60 and victim is None:
+        children = sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.split()
+        if len(children) == 2:
+            time.sleep(2)  # let them train a little
+            victim = int(sorted(children, key=int)[1])
+        time.sleep(0.1)
+    assert victim is not None, "the launcher did not start two ranks"
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    _, err = launcher.communicate(timeout=60)
+    waited = time.monotonic() - killed_at
+    assert launcher.returncode == 1, (launcher.returncode, err)
+    assert "killed by signal 9" in err and "(first to fail)" in err, err
+    assert waited < 25, f"the other rank took {waited:.1f} s to stop"
+    assert sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.strip() == ""
+    print(f"launcher exited {waited:.2f} s after the kill:\n{err}")
+
+
+def interrupted_launcher(binary, tmp):
+    """Ctrl-C on the launcher stops every rank; none is left behind."""
+    p = plan(binary, tmp, "p")
+    launcher = subprocess.Popen([binary, "run", p, "--model", MODEL, "--steps", "100000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    children = []
+    while time.monotonic() < deadline and len(children) < 2:
+        children = sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.split()
+        time.sleep(0.1)
+    time.sleep(2)
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert launcher.returncode != 0, err
+    for pid in children:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+
+
+def bad_input(binary, tmp):
+    p = plan(binary, tmp, "p")
+    result = sh([binary, "run", p, "--model", os.path.join(SOURCE, "models", "small-cnn.json"), "--steps", "1"],
+                check=False)
+    assert result.returncode == 1 and "layers but the plan's profile" in result.stderr, result.stderr
+
+
+def torchscript_model(binary, tmp):
+    """A model written in PyTorch: a scripted nn.Sequential whose children become the layers."""
+    import torch
+    net = torch.nn.Sequential(torch.nn.Embedding(96, 32), torch.nn.Linear(32, 64), torch.nn.GELU(),
+                              torch.nn.Linear(64, 96))
+    torch.jit.script(net).save(os.path.join(tmp, "net.pt"))
+    model = {"format": "gpipe-model/1", "name": "scripted", "input": {"kind": "tokens", "vocab": 96, "seq_len": 16},
+             "data": {"kind": "text", "path": os.path.join(SOURCE, "models", "text", "public-domain.txt")},
+             "learning_rate": 0.01, "torchscript": "net.pt"}
+    with open(os.path.join(tmp, "model.json"), "w") as f:
+        json.dump(model, f)
+    layer = {"forward_ms": 1, "backward_ms": 2, "param_bytes": 1000, "activation_bytes": 1000, "output_bytes": 100}
+    profile = {"format": "gpipe-profile/1", "model": "scripted", "device": "cpu", "microbatch_size": 4,
+               "layers": [dict(layer, name=f"layer{i}") for i in range(4)]}
+    with open(os.path.join(tmp, "profile.json"), "w") as f:
+        json.dump(profile, f)
+    p = os.path.join(tmp, "plan.json")
+    sh([binary, "plan", "--profile", os.path.join(tmp, "profile.json"), "--cluster", CLUSTER, "--global-batch", "16",
+        "--stages", "2", "--microbatches", "4", "--schedule", "1f1b", "-o", p])
+    out = os.path.join(tmp, "run.json")
+    sh([binary, "run", p, "--model", os.path.join(tmp, "model.json"), "--steps", "8", "--record", out])
+    l = losses(record(out))
+    assert l[-1] < l[0], l
+
+
+CASES = {f.__name__: f for f in [two_ranks_record, two_nodes_loopback, resume_equals_uninterrupted,
+                                  resume_other_plan_refused, rank_killed, interrupted_launcher, bad_input,
+                                  torchscript_model]}
+
+if __name__ == "__main__":
+    binary, case = sys.argv[1], sys.argv[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        CASES[case](os.path.abspath(binary), tmp)
+    print(f"{case}: ok")
