@@ -458,13 +458,15 @@ def fmt(x, spec="{:.1f}"):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--binary", default=os.path.join(REPO, "build-torch", "gpipe-plan"))
+    ap.add_argument("--binary", default=os.path.join(REPO, "build", "gpipe-plan"))
     ap.add_argument("--model", default=os.path.join(REPO, "models", "tiny-gpt.json"))
     ap.add_argument("--profile", default=os.path.join(REPO, "profiles", "tiny-gpt-cpu.json"))
     ap.add_argument("--cluster", default=os.path.join(REPO, "profiles", "clusters", "cpu-2.json"))
     ap.add_argument("--steps", type=int, default=None, help="steps per run, the first is warm-up (default 6)")
     ap.add_argument("--repeats", type=int, default=None, help="best of this many interleaved repeats (default 3)")
-    ap.add_argument("--global-batch", type=int, default=32)
+    # 128: at M=8 a micro-batch of 16 still keeps one thread busy; at 32 (micro-batches of 4) a
+    # single process loses a quarter of its speed to the small micro-batches alone (column K=1 xM).
+    ap.add_argument("--global-batch", type=int, default=128)
     ap.add_argument("--microbatches", default=None, help="comma-separated M values (default 1,2,4,8)")
     ap.add_argument("--quick", action="store_true", help="M in {1,8}, 1 repeat, 3 steps")
     ap.add_argument("--torch-only", action="store_true", help="only the PyTorch side; no gpipe-plan binary needed")
