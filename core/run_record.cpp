@@ -160,8 +160,8 @@ nlohmann::json RunRecordToJson(const RunRecord& record) {
   nlohmann::json json = record.extra;
   json["format"] = kRunRecordFormat;
   json["model"] = record.model;
-  json["plan"] = record.plan;
-  json["schedule"] = record.schedule;
+  if (!record.plan.empty()) json["plan"] = record.plan;
+  if (!record.schedule.empty()) json["schedule"] = record.schedule;
   json["device"] = record.device;
   json["backend"] = record.backend;
   json["threads_per_rank"] = record.threads_per_rank;
@@ -169,7 +169,7 @@ nlohmann::json RunRecordToJson(const RunRecord& record) {
   json["microbatches"] = record.microbatches;
   json["num_ranks"] = record.num_ranks;
   json["replicas"] = record.replicas;
-  json["memory_measure"] = record.memory_measure;
+  if (!record.memory_measure.empty()) json["memory_measure"] = record.memory_measure;
   nlohmann::json steps = nlohmann::json::array();
   for (const StepRecord& s : record.steps) {
     steps.push_back({{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}});

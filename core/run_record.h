@@ -60,7 +60,7 @@ struct RunRecord {
   int threads_per_rank = 1;
   int64_t global_batch = 0;
   int microbatches = 0;
-  int num_ranks = 0;
+  int num_ranks = 1;
   int replicas = 1;
   /// What peak_memory_bytes counts, in words.
   std::string memory_measure;
