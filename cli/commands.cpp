@@ -9,6 +9,7 @@ const std::vector<CommandEntry>& Commands() {
       {"plan", "Find the fastest pipeline plan that fits in memory, and the alternatives", MakePlanCommand},
       {"simulate", "Predict a plan's step time, bubble and memory; draw its timeline", MakeSimulateCommand},
       {"run", "Train a model on a plan for real: one process per rank, LibTorch and c10d", MakeRunCommand},
+      {"profile", "Measure each layer of a model on this device; write a profile for plan", MakeProfileCommand},
   };
   return commands;
 }

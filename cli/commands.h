@@ -41,5 +41,6 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
 std::unique_ptr<Command> MakePlanCommand(CLI::App& app);
 std::unique_ptr<Command> MakeSimulateCommand(CLI::App& app);
 std::unique_ptr<Command> MakeRunCommand(CLI::App& app);
+std::unique_ptr<Command> MakeProfileCommand(CLI::App& app);
 
 }  // namespace gpipe::cli

@@ -75,6 +75,21 @@ def two_ranks_record(binary, tmp):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), (losses(rec), losses(record(local)))
 
 
+def replicas_over_gloo(binary, tmp):
+    """D=2 replicas of a 1-stage pipeline sum gradients over a Gloo sub-group: the losses equal the
+    in-process run's (whose parameters the equivalence tests check against one process)."""
+    p = os.path.join(tmp, "p.json")
+    sh([binary, "plan", "--profile", PROFILE, "--cluster", CLUSTER, "--global-batch", "16", "--stages", "1",
+        "--replicas", "2", "--microbatches", "2", "--schedule", "1f1b", "-o", p])
+    out, local = os.path.join(tmp, "run.json"), os.path.join(tmp, "local.json")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "3", "--record", out])
+    sh([binary, "run", p, "--model", MODEL, "--steps", "3", "--record", local, "--in-process"])
+    rec = record(out)
+    assert rec["replicas"] == 2 and len(rec["ranks"]) == 2, rec["ranks"]
+    for a, b in zip(losses(rec), losses(record(local))):
+        assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), (losses(rec), losses(record(local)))
+
+
 def two_nodes_loopback(binary, tmp):
     """Two launcher invocations on loopback acting as two nodes form one pipeline."""
     p = plan(binary, tmp, "p", stages=2, microbatches=2, schedule="gpipe")
@@ -196,7 +211,7 @@ def torchscript_model(binary, tmp):
     assert l[-1] < l[0], l
 
 
-CASES = {f.__name__: f for f in [two_ranks_record, two_nodes_loopback, resume_equals_uninterrupted,
+CASES = {f.__name__: f for f in [two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, rank_killed, interrupted_launcher, bad_input,
                                   torchscript_model]}
 

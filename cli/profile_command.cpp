@@ -1,0 +1,128 @@
+// gpipe-plan profile --model MODEL -o PROFILE.json: measure every layer of a model on this device.
+#include <algorithm>
+#include <ostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/files.h"
+#include "core/model.h"
+#include "core/profile.h"
+#include "core/text.h"
+#include "core/units.h"
+#ifdef GPIPE_WITH_TORCH
+#include "executor/profiler.h"
+#endif
+
+namespace gpipe::cli {
+namespace {
+
+class ProfileCommand : public Command {
+ public:
+  explicit ProfileCommand(CLI::App& app) {
+    app.add_option("--model", model_path_, "A gpipe-model/1 file (see models/)")->required();
+    app.add_option("-o,--output", output_path_, "Write the gpipe-profile/1 file here")->required();
+    app.add_option("--microbatch-size", sizes_, "Samples per micro-batch; several: 4,8,16 (the first is the profile's)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 24));
+    app.add_option("--device", device_, "cpu, or cuda (GPU 0)")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--threads", threads_, "Intra-op threads, as each rank will have (run --threads-per-rank)")
+        ->check(CLI::Range(1, 1024));
+    app.add_option("--warmup", warmup_, "Unmeasured runs before measuring")->check(CLI::Range(0, 1000));
+    app.add_option("--repeats", repeats_, "Measured runs per layer; the median is kept")->check(CLI::Range(1, 100000));
+    app.footer(
+        "Examples:\n"
+        "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8 -o tiny-gpt-profile.json\n"
+        "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 4,8,16 --repeats 20 -o p.json\n"
+        "  gpipe-plan plan --profile tiny-gpt-profile.json --cluster profiles/clusters/cpu-2.json --global-batch 64 -o plan.json\n"
+        "Per layer: forward, backward and its weight-gradient part (median of --repeats, spread = half the\n"
+        "interquartile range), parameter, activation (what autograd keeps, measured) and output bytes.");
+  }
+
+  int Run(std::ostream& out, std::ostream& err) override {
+    Expected<ModelSpec> model = LoadModel(model_path_);
+    if (!model.ok()) return Fail(err, model.status());
+#ifndef GPIPE_WITH_TORCH
+    (void)out;
+    return Fail(err, Status::Invalid("this build has no executor: configure with -DGPIPE_WITH_TORCH=ON (scripts/setup.sh)"));
+#else
+    executor::ProfileSettings settings;
+    settings.microbatch_sizes = sizes_;
+    settings.warmup = warmup_;
+    settings.repeats = repeats_;
+    settings.threads = threads_;
+    settings.device_name = device_;
+    if (device_ == "cuda") {
+      if (!torch::cuda::is_available()) return Fail(err, Status::Invalid("--device cuda: no usable GPU here; use --device cpu"));
+      settings.device = torch::Device(torch::kCUDA, 0);
+    }
+    settings.progress = [&err](int done, int total, const std::string& what) {
+      const int width = 30, filled = width * done / total;
+      err << "\r[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), '.')
+          << "] " << done << "/" << total << " " << what << std::string(20, ' ') << (done == total ? "\n" : "")
+          << std::flush;
+    };
+    Expected<std::vector<executor::SizeMeasurement>> sizes = executor::MeasureModel(*model, settings);
+    if (!sizes.ok()) return Fail(err, sizes.status());
+    const Profile profile = executor::ProfileFromMeasurements(*model, settings, *sizes);
+    const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
+    if (!written.ok()) return Fail(err, written);
+    for (const executor::SizeMeasurement& size : *sizes) Summary(size, out);
+    out << "profile written to " << output_path_ << "\n";
+    return kExitOk;
+#endif
+  }
+
+ private:
+#ifdef GPIPE_WITH_TORCH
+  static void Summary(const executor::SizeMeasurement& size, std::ostream& out) {
+    std::vector<const executor::LayerMeasurement*> layers;
+    double sum = 0;
+    for (const auto& m : size.layers) {
+      layers.push_back(&m);
+      sum += m.forward.median_ms + m.backward.median_ms;
+    }
+    out << "\nmicro-batch " << size.microbatch_size << ": " << size.layers.size() << " layers\n";
+    out << Pad("layer", 14) << Pad("forward", 18) << Pad("backward", 18) << Pad("weight grad", 12)
+        << Pad("params", 11) << Pad("activations", 12) << "output\n";
+    for (const auto& m : size.layers) {
+      out << Pad(m.name, 14) << Pad(Sprintf("%.3f ±%.3f ms", m.forward.median_ms, m.forward.spread_ms), 18)
+          << Pad(Sprintf("%.3f ±%.3f ms", m.backward.median_ms, m.backward.spread_ms), 18)
+          << Pad(Sprintf("%.3f ms", m.backward_weight.median_ms), 12) << Pad(FormatBytes(static_cast<double>(m.param_bytes)), 11)
+          << Pad(FormatBytes(static_cast<double>(m.activation_bytes)), 12) << FormatBytes(static_cast<double>(m.output_bytes))
+          << "\n";
+    }
+    std::sort(layers.begin(), layers.end(), [](const auto* a, const auto* b) {
+      return a->forward.median_ms + a->backward.median_ms > b->forward.median_ms + b->backward.median_ms;
+    });
+    out << "slowest:";
+    for (size_t i = 0; i < std::min<size_t>(3, layers.size()); ++i) {
+      out << Sprintf(" %s %.1f%%", layers[i]->name.c_str(),
+                     100 * (layers[i]->forward.median_ms + layers[i]->backward.median_ms) / sum);
+    }
+    std::sort(layers.begin(), layers.end(),
+              [](const auto* a, const auto* b) { return a->activation_bytes > b->activation_bytes; });
+    out << "\nbiggest activations:";
+    for (size_t i = 0; i < std::min<size_t>(3, layers.size()); ++i) {
+      out << " " << layers[i]->name << " " << FormatBytes(static_cast<double>(layers[i]->activation_bytes));
+    }
+    out << Sprintf("\nsum of layers (forward + backward) %.3f ms; whole model measured %.3f ±%.3f ms (%+.1f%%)\n", sum,
+                   size.whole_model.median_ms, size.whole_model.spread_ms,
+                   100 * (sum - size.whole_model.median_ms) / size.whole_model.median_ms);
+  }
+#endif
+
+  static int Fail(std::ostream& err, const Status& status) {
+    err << "gpipe-plan profile: " << status.message() << "\n";
+    return kExitFailure;
+  }
+
+  std::string model_path_, output_path_, device_ = "cpu";
+  std::vector<int64_t> sizes_ = {8};
+  int threads_ = 1, warmup_ = 3, repeats_ = 10;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeProfileCommand(CLI::App& app) { return std::make_unique<ProfileCommand>(app); }
+
+}  // namespace gpipe::cli

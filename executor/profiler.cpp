@@ -1,0 +1,217 @@
+#include "executor/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#ifdef GPIPE_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#endif
+
+#include "executor/data.h"
+#include "executor/layers.h"
+#include "executor/memory_meter.h"
+
+namespace gpipe::executor {
+namespace {
+
+// Times `body` on the device: CUDA events on a GPU, a steady clock on the CPU.
+template <typename Body>
+double TimeMs(const torch::Device& device, Body body) {
+#ifdef GPIPE_WITH_CUDA
+  if (device.is_cuda()) {
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    start.record();
+    body();
+    end.record();
+    end.synchronize();
+    return start.elapsed_time(end);
+  }
+#endif
+  (void)device;
+  const auto start = std::chrono::steady_clock::now();
+  body();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+int64_t BytesOf(const std::vector<torch::Tensor>& tensors) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+nlohmann::json TimingJson(const Timing& t) { return {{"median_ms", t.median_ms}, {"spread_ms", t.spread_ms}}; }
+
+}  // namespace
+
+Timing Summarize(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const auto at = [&](double q) {
+    const double pos = q * static_cast<double>(samples.size() - 1);
+    const size_t lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, samples.size() - 1);
+    return samples[lo] + (samples[hi] - samples[lo]) * (pos - static_cast<double>(lo));
+  };
+  return {at(0.5), (at(0.75) - at(0.25)) / 2};
+}
+
+Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, const ProfileSettings& settings) {
+  at::set_num_threads(settings.threads);
+  MemoryMeter meter(settings.device);
+  Expected<int> count = CountLayers(model);
+  if (!count.ok()) return count.status();
+  auto built = BuildLayers(model, 0, *count, settings.device);
+  if (!built.ok()) return built.status();
+  std::vector<std::unique_ptr<Layer>>& layers = *built;
+  Expected<DataSource> data = DataSource::Open(model);
+  if (!data.ok()) return data.status();
+
+  // Each round runs the model as a pipeline of one-layer stages would: layer by layer, each layer
+  // on the detached output of the one before, timing each forward; then each layer's backward in
+  // reverse order (pass A: the whole backward; pass B: the input gradient only, so that the
+  // weight-gradient part is A - B); then the whole model in one piece, to check the sum. Layers see
+  // the caches they would see in training, and a slow spell of a shared machine hits every
+  // measurement of a round alike.
+  const int rounds = settings.warmup + settings.repeats;
+  const int total = static_cast<int>(settings.microbatch_sizes.size()) * rounds;
+  const int n = *count;
+  int done = 0;
+  std::vector<SizeMeasurement> sizes;
+  for (const int64_t b : settings.microbatch_sizes) {
+    SizeMeasurement size;
+    size.microbatch_size = b;
+    Batch batch = data->GlobalBatch(0, b);
+    batch = {batch.input.to(settings.device), batch.target.to(settings.device)};
+    size.input_bytes = static_cast<int64_t>(batch.input.nbytes());
+    std::vector<std::vector<double>> f(n), bwd(n), input_grad(n);
+    std::vector<double> whole;
+    std::vector<torch::Tensor> output_grads(n);
+    size.layers.resize(static_cast<size_t>(n));
+    for (int round = 0; round < rounds; ++round) {
+      const bool keep = round >= settings.warmup;
+      for (const bool input_only : {false, true}) {
+        std::vector<torch::Tensor> ins(n), outs(n);
+        torch::Tensor x = batch.input;
+        for (int i = 0; i < n; ++i) {
+          Layer& layer = *layers[static_cast<size_t>(i)];
+          LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
+          ins[i] = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+          const int64_t before = meter.CurrentBytes();
+          const double ms = TimeMs(settings.device, [&] {
+            outs[i] = layer.Forward(ins[i]);
+            if (i + 1 == n) outs[i] = LossOf(model, outs[i], batch.target);
+          });
+          if (round == 0 && !input_only) {
+            m.name = layer.name();
+            m.param_bytes = BytesOf(layer.Parameters());
+            m.activation_bytes = meter.CurrentBytes() - before;
+            m.output_bytes = static_cast<int64_t>(outs[i].nbytes());
+          }
+          if (keep && !input_only) f[i].push_back(ms);
+          x = outs[i];
+        }
+        torch::Tensor grad;  // of the current layer's output; none for the loss
+        for (int i = n - 1; i >= 0; --i) {
+          const std::vector<torch::Tensor> grads = grad.defined() ? std::vector<torch::Tensor>{grad} : std::vector<torch::Tensor>{};
+          torch::Tensor next_grad;
+          double ms = 0;
+          if (outs[i].requires_grad()) {
+            ms = TimeMs(settings.device, [&] {
+              if (input_only) {
+                if (ins[i].requires_grad()) next_grad = torch::autograd::grad({outs[i]}, {ins[i]}, grads, false, false, true)[0];
+              } else {
+                torch::autograd::backward({outs[i]}, grads);
+                if (ins[i].requires_grad()) next_grad = ins[i].grad();
+              }
+            });
+          }
+          if (keep) (input_only ? input_grad : bwd)[i].push_back(ms);
+          grad = next_grad.defined() ? next_grad : (i > 0 ? torch::zeros_like(outs[i - 1]) : torch::Tensor());
+        }
+        for (auto& layer : layers) {
+          for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::Tensor();
+        }
+      }
+      const double whole_ms = TimeMs(settings.device, [&] {
+        torch::Tensor h = batch.input;
+        for (auto& layer : layers) h = layer->Forward(h);
+        LossOf(model, h, batch.target).backward();
+      });
+      for (auto& layer : layers) {
+        for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::Tensor();
+      }
+      if (keep) whole.push_back(whole_ms);
+      if (settings.progress) {
+        settings.progress(++done, total, "round " + std::to_string(round + 1) + " of " + std::to_string(rounds) +
+                                             " (micro-batch " + std::to_string(b) + ")");
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
+      m.forward = Summarize(f[i]);
+      m.backward = Summarize(bwd[i]);
+      // The weight-gradient part: the whole backward minus the input-gradient pass (the first
+      // layer, whose input needs no gradient, is all weight gradient).
+      std::vector<double> weight(bwd[i].size());
+      for (size_t k = 0; k < weight.size(); ++k) weight[k] = std::max(0.0, bwd[i][k] - input_grad[i][k]);
+      m.backward_weight = Summarize(weight);
+      m.backward_weight.median_ms = std::min(m.backward_weight.median_ms, m.backward.median_ms);
+    }
+    size.whole_model = Summarize(whole);
+    sizes.push_back(std::move(size));
+  }
+  return sizes;
+}
+
+Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& settings,
+                                const std::vector<SizeMeasurement>& sizes) {
+  Profile profile;
+  profile.model = model.name;
+  profile.device = settings.device_name + "-" + std::to_string(settings.threads) + "-thread" +
+                   (settings.threads == 1 ? "" : "s");
+  const SizeMeasurement& first = sizes.front();
+  profile.microbatch_size = first.microbatch_size;
+  profile.input_bytes = first.input_bytes;
+  for (const LayerMeasurement& m : first.layers) {
+    LayerProfile layer;
+    layer.name = m.name;
+    layer.forward_ms = m.forward.median_ms;
+    layer.backward_ms = m.backward.median_ms;
+    layer.backward_weight_ms = m.backward_weight.median_ms;
+    layer.param_bytes = m.param_bytes;
+    layer.activation_bytes = m.activation_bytes;
+    layer.output_bytes = m.output_bytes;
+    profile.layers.push_back(layer);
+  }
+  nlohmann::json measurements = nlohmann::json::array();
+  for (const SizeMeasurement& size : sizes) {
+    nlohmann::json layers = nlohmann::json::array();
+    double sum = 0;
+    for (const LayerMeasurement& m : size.layers) {
+      sum += m.forward.median_ms + m.backward.median_ms;
+      layers.push_back({{"name", m.name},
+                        {"forward", TimingJson(m.forward)},
+                        {"backward", TimingJson(m.backward)},
+                        {"backward_weight", TimingJson(m.backward_weight)},
+                        {"param_bytes", m.param_bytes},
+                        {"activation_bytes", m.activation_bytes},
+                        {"output_bytes", m.output_bytes}});
+    }
+    measurements.push_back({{"microbatch_size", size.microbatch_size},
+                            {"input_bytes", size.input_bytes},
+                            {"layers", layers},
+                            {"sum_of_layers_ms", sum},
+                            {"whole_model", TimingJson(size.whole_model)}});
+  }
+  profile.extra["measurements"] = measurements;
+  profile.extra["source"] =
+      "Measured by gpipe-plan profile on " + settings.device_name + " with " + std::to_string(settings.threads) +
+      " thread(s): per layer the median of " + std::to_string(settings.repeats) + " runs after " +
+      std::to_string(settings.warmup) + " warm-up runs (spread: half the interquartile range, under "
+      "measurements); each round runs the layers in order as one-layer stages (forward with autograd "
+      "recording, the last layer including the loss), then their backwards in reverse, then the whole model; "
+      "backward_weight_ms is the backward minus an input-gradient-only backward; activation_bytes is what the forward leaves allocated "
+      "while its graph lives, output included.";
+  return profile;
+}
+
+}  // namespace gpipe::executor

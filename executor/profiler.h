@@ -1,0 +1,68 @@
+// The profiler: measures each layer of a model on the device it will train on, the way the
+// executor will run it, and writes a gpipe-profile/1. Per layer and micro-batch size: forward time
+// (with autograd recording, as in training; the last layer includes the loss), the whole backward,
+// and its weight-gradient part (the backward minus a backward to the input only), each the median of `repeats` runs after `warmup` runs, with the spread (half the
+// interquartile range); parameter bytes; activation bytes: what the forward leaves allocated while
+// its graph is alive (what autograd keeps for backward, the output included), read from the
+// executor's allocator meter; and output bytes. Inputs to layer i are the real outputs of layers
+// 0..i-1 on a batch of the model's data, measured in place: each round runs the layers in order
+// as a pipeline of one-layer stages would, so every layer sees the caches it sees in training. CPU times use a steady clock with the thread count a
+// rank will have; GPU times use CUDA events.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "core/model.h"
+#include "core/profile.h"
+#include "core/status.h"
+
+namespace gpipe::executor {
+
+struct ProfileSettings {
+  std::vector<int64_t> microbatch_sizes = {8};
+  int warmup = 3;
+  int repeats = 10;
+  int threads = 1;
+  torch::Device device = torch::kCPU;
+  std::string device_name = "cpu";
+  /// Called after each measured layer: (done, total, what).
+  std::function<void(int, int, const std::string&)> progress;
+};
+
+/// One number measured several times.
+struct Timing {
+  double median_ms = 0;
+  double spread_ms = 0;  // half the interquartile range
+};
+
+struct LayerMeasurement {
+  std::string name;
+  Timing forward, backward, backward_weight;
+  int64_t param_bytes = 0;
+  int64_t activation_bytes = 0;
+  int64_t output_bytes = 0;
+};
+
+struct SizeMeasurement {
+  int64_t microbatch_size = 0;
+  int64_t input_bytes = 0;
+  std::vector<LayerMeasurement> layers;
+  /// Forward and backward of the whole model on one micro-batch, as one rank would run it.
+  Timing whole_model;
+};
+
+Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, const ProfileSettings& settings);
+
+/// The profile file: the first micro-batch size's layers; every size, with spreads and the
+/// whole-model check, under "measurements" (kept by loaders that do not read it).
+Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& settings,
+                                const std::vector<SizeMeasurement>& sizes);
+
+/// The median and half the interquartile range of `samples` (REQUIRES: not empty).
+Timing Summarize(std::vector<double> samples);
+
+}  // namespace gpipe::executor
