@@ -1,5 +1,7 @@
 #include "planner/search.h"
 
+#include "core/profile_sizes.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -43,8 +45,9 @@ double CheapBound(const PartitionProblem& problem, double forward_ms, double bac
 
 }  // namespace
 
-std::vector<PartitionProblem> Configurations(const SearchRequest& request) {
+std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::map<int64_t, Profile>* sized_profiles) {
   std::vector<PartitionProblem> problems;
+  const bool several_sizes = MeasuredMicrobatchSizes(request.profile).size() > 1 && sized_profiles != nullptr;
   const int devices = request.cluster.devices;
   const int layers = request.profile.num_layers();
   const bool multi_node = request.cluster.devices_per_node && *request.cluster.devices_per_node < devices;
@@ -83,6 +86,14 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request) {
             for (Placement placement : placements) {
               PartitionProblem p;
               p.profile = &request.profile;
+              if (several_sizes) {
+                const int64_t size = request.global_batch / (int64_t{replicas} * microbatches);
+                auto it = sized_profiles->find(size);
+                if (it == sized_profiles->end()) {
+                  it = sized_profiles->emplace(size, ProfileAtMicrobatch(request.profile, size)).first;
+                }
+                p.profile = &it->second;
+              }
               p.cluster = &request.cluster;
               p.schedule = kind;
               p.ranks = ranks;
@@ -150,7 +161,8 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   if (request.schedule == ScheduleKind::kZbH1 && !ProfileHasWeightTimes(request.profile)) {
     return Status::Invalid("--schedule zb-h1 needs backward_weight_ms for every layer of the profile");
   }
-  std::vector<PartitionProblem> problems = Configurations(request);
+  std::map<int64_t, Profile> sized_profiles;  // outlives `problems`, which point into it
+  std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles);
   if (problems.empty()) {
     return Status::Invalid("no configuration satisfies the pinned dimensions (interleaved-1f1b needs K >= 2, M a "
                            "multiple of K and at least 2K layers; M must divide the batch per replica)");

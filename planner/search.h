@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -73,7 +74,10 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request);
 /// Simulates `plan` and summarizes it as a Candidate.
 Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal);
 
-/// The configurations SearchPlans would consider (for --help texts and tests).
-std::vector<PartitionProblem> Configurations(const SearchRequest& request);
+/// The configurations SearchPlans would consider (for --help texts and tests). A profile measured at
+/// several micro-batch sizes is evaluated at each configuration's own size (profile_sizes.h): those
+/// profiles go into `sized_profiles`, which must outlive the problems (they point into it).
+std::vector<PartitionProblem> Configurations(const SearchRequest& request,
+                                             std::map<int64_t, Profile>* sized_profiles = nullptr);
 
 }  // namespace gpipe

@@ -4,16 +4,31 @@
 #include <limits>
 #include <string>
 
+#include "core/profile_sizes.h"
+#include "core/text.h"
 #include "simulator/layer_table.h"
 
 namespace gpipe {
+namespace {
+
+std::string FormatScale(double scale) { return Format("%.3g", scale); }
+
+}  // namespace
 
 Expected<CostModel> BuildCostModel(const Plan& plan) {
-  const Profile& profile = plan.profile;
   CostModel model;
   model.microbatch_size = plan.microbatch_size();
   model.global_batch = plan.global_batch;
+  // A profile measured at several sizes answers at this size; one measured at one size scales.
+  const bool several_sizes = MeasuredMicrobatchSizes(plan.profile).size() > 1;
+  const Profile sized = several_sizes ? ProfileAtMicrobatch(plan.profile, model.microbatch_size, &model.profile_note)
+                                      : Profile();
+  const Profile& profile = several_sizes ? sized : plan.profile;
   model.scale = static_cast<double>(model.microbatch_size) / static_cast<double>(profile.microbatch_size);
+  if (!several_sizes && model.scale != 1.0) {
+    model.profile_note = "the profile measured micro-batches of " + std::to_string(profile.microbatch_size) +
+                         "; times and activations are scaled linearly by " + FormatScale(model.scale);
+  }
   const bool split = plan.schedule == ScheduleKind::kZbH1;
   const LayerTable table(profile, model.scale, plan.optimizer);
   for (const StagePlan& stage : plan.stages) {

@@ -2,12 +2,14 @@
 // plan's size, and the links between ranks. Built from a plan's profile and cluster; the
 // simulator reads only this, so tests can hand it exact numbers.
 //
-// Scaling: the profile measures micro-batches of `profile.microbatch_size` samples. When the
-// plan's micro-batch differs, times and activation bytes scale linearly with the ratio (and the
-// plan summary says so); parameter bytes do not scale.
+// Micro-batch size: a profile measured at several sizes answers at the plan's size (measured,
+// interpolated or extrapolated: core/profile_sizes.h); one measured at one size scales times and
+// activation bytes linearly with the ratio. Either way profile_note says so when the plan's size
+// was not measured; parameter bytes never scale.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/cluster.h"
@@ -51,6 +53,9 @@ struct CostModel {
   int64_t global_batch = 1;
   /// Plan micro-batch size / profile micro-batch size.
   double scale = 1.0;
+  /// How the profile's numbers were brought to this micro-batch size, when they were not measured
+  /// at it (scaled, interpolated or extrapolated); "" when they were.
+  std::string profile_note;
 
   int num_ranks() const { return static_cast<int>(links.size()); }
 };

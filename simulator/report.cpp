@@ -76,10 +76,7 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
          " ranks, " + std::to_string(plan.num_stages()) + " stages, M=" + std::to_string(plan.microbatches) +
          " micro-batches of " + std::to_string(plan.microbatch_size()) + " (global batch " +
          std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) + "\n";
-  if (costs.scale != 1.0) {
-    out += "note: the profile measured micro-batches of " + std::to_string(plan.profile.microbatch_size) +
-           "; times and activations are scaled linearly by " + Format("%.3g", costs.scale) + "\n";
-  }
+  if (!costs.profile_note.empty()) out += "note: " + costs.profile_note + "\n";
   out += "\n";
   out += "step time   " + FormatMs(result.step_time_ms) + "\n";
   out += "throughput  " + Format("%.2f", result.throughput_samples_per_s) + " samples/s\n";

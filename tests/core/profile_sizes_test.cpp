@@ -1,0 +1,79 @@
+// A profile measured at several micro-batch sizes answers for any size: measured, interpolated
+// between the nearest two, extrapolated beyond them (and says which).
+#include <gtest/gtest.h>
+
+#include "core/profile_sizes.h"
+
+namespace gpipe {
+namespace {
+
+// Layer times 1 ms per sample at size 4, 0.75 ms per sample at size 8 (better use of the device).
+Profile TwoSizes() {
+  Profile p;
+  p.model = "m";
+  p.device = "d";
+  p.microbatch_size = 4;
+  p.input_bytes = 32;
+  LayerProfile l;
+  l.name = "a";
+  l.forward_ms = 4;
+  l.backward_ms = 8;
+  l.backward_weight_ms = 4;
+  l.param_bytes = 100;
+  l.activation_bytes = 400;
+  l.output_bytes = 40;
+  p.layers = {l};
+  p.extra["measurements"] = nlohmann::json::parse(R"([
+    {"microbatch_size": 4, "input_bytes": 32, "layers": [{"name": "a", "forward": {"median_ms": 4}, "backward": {"median_ms": 8},
+      "backward_weight": {"median_ms": 4}, "param_bytes": 100, "activation_bytes": 400, "output_bytes": 40}]},
+    {"microbatch_size": 8, "input_bytes": 64, "layers": [{"name": "a", "forward": {"median_ms": 6}, "backward": {"median_ms": 12},
+      "backward_weight": {"median_ms": 5}, "param_bytes": 100, "activation_bytes": 800, "output_bytes": 80}]}])");
+  return p;
+}
+
+TEST(ProfileSizesTest, ListsTheMeasuredSizes) {
+  EXPECT_EQ(MeasuredMicrobatchSizes(TwoSizes()), (std::vector<int64_t>{4, 8}));
+  Profile one = TwoSizes();
+  one.extra.erase("measurements");
+  EXPECT_EQ(MeasuredMicrobatchSizes(one), (std::vector<int64_t>{4}));
+}
+
+TEST(ProfileSizesTest, MeasuredInterpolatedExtrapolated) {
+  std::string note;
+  const Profile at8 = ProfileAtMicrobatch(TwoSizes(), 8, &note);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(at8.microbatch_size, 8);
+  EXPECT_DOUBLE_EQ(at8.layers[0].forward_ms, 6);
+  EXPECT_EQ(at8.input_bytes, 64);
+
+  const Profile at6 = ProfileAtMicrobatch(TwoSizes(), 6, &note);
+  EXPECT_DOUBLE_EQ(at6.layers[0].forward_ms, 5);
+  EXPECT_DOUBLE_EQ(at6.layers[0].backward_ms, 10);
+  EXPECT_DOUBLE_EQ(*at6.layers[0].backward_weight_ms, 4.5);
+  EXPECT_EQ(at6.layers[0].activation_bytes, 600);
+  EXPECT_EQ(at6.layers[0].param_bytes, 100);
+  EXPECT_EQ(note, "interpolated linearly to micro-batches of 6 from the sizes the profile measured (4, 8)");
+
+  const Profile at16 = ProfileAtMicrobatch(TwoSizes(), 16, &note);
+  EXPECT_DOUBLE_EQ(at16.layers[0].forward_ms, 10);
+  EXPECT_EQ(at16.layers[0].output_bytes, 160);
+  EXPECT_NE(note.find("extrapolated linearly to micro-batches of 16"), std::string::npos) << note;
+
+  // A profile made for one size (as a planner's plan embeds) still says how it was made.
+  std::string again;
+  ProfileAtMicrobatch(at16, 16, &again);
+  EXPECT_EQ(again, note);
+}
+
+TEST(ProfileSizesTest, OneSizeScalesLinearly) {
+  Profile one = TwoSizes();
+  one.extra.erase("measurements");
+  std::string note;
+  const Profile at2 = ProfileAtMicrobatch(one, 2, &note);
+  EXPECT_DOUBLE_EQ(at2.layers[0].forward_ms, 2);
+  EXPECT_EQ(at2.layers[0].activation_bytes, 200);
+  EXPECT_NE(note.find("scaled linearly"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpipe
