@@ -10,6 +10,7 @@ const std::vector<CommandEntry>& Commands() {
       {"simulate", "Predict a plan's step time, bubble and memory; draw its timeline", MakeSimulateCommand},
       {"run", "Train a model on a plan for real: one process per rank, LibTorch and c10d", MakeRunCommand},
       {"profile", "Measure each layer of a model on this device; write a profile for plan", MakeProfileCommand},
+      {"profile-links", "Measure latency and bandwidth between ranks; write a cluster file", MakeProfileLinksCommand},
   };
   return commands;
 }

@@ -42,5 +42,6 @@ std::unique_ptr<Command> MakePlanCommand(CLI::App& app);
 std::unique_ptr<Command> MakeSimulateCommand(CLI::App& app);
 std::unique_ptr<Command> MakeRunCommand(CLI::App& app);
 std::unique_ptr<Command> MakeProfileCommand(CLI::App& app);
+std::unique_ptr<Command> MakeProfileLinksCommand(CLI::App& app);
 
 }  // namespace gpipe::cli

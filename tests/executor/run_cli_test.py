@@ -211,9 +211,33 @@ def torchscript_model(binary, tmp):
     assert l[-1] < l[0], l
 
 
+def profile_then_plan(binary, tmp):
+    """gpipe-plan profile writes a profile that plan accepts, at several micro-batch sizes; the
+    planner says when it interpolates between them; profile-links writes a cluster plan accepts."""
+    profile = os.path.join(tmp, "profile.json")
+    result = sh([binary, "profile", "--model", MODEL, "--microbatch-size", "4,8", "--warmup", "1", "--repeats", "3",
+                 "-o", profile])
+    assert "sum of layers" in result.stdout and "round 4 of 4" in result.stderr, (result.stdout, result.stderr)
+    with open(profile) as f:
+        doc = json.load(f)
+    assert doc["format"] == "gpipe-profile/1" and len(doc["layers"]) == 6
+    assert [m["microbatch_size"] for m in doc["measurements"]] == [4, 8]
+    cluster = os.path.join(tmp, "cluster.json")
+    result = sh([binary, "profile-links", "--ranks", "2", "--repeats", "3", "-o", cluster])
+    with open(cluster) as f:
+        links = json.load(f)
+    assert links["devices"] == 2 and len(links["links"]) == 2 and links["device_memory_bytes"] > 0, links
+    plan_path = os.path.join(tmp, "plan.json")
+    sh([binary, "plan", "--profile", profile, "--cluster", cluster, "--global-batch", "24", "--stages", "2",
+        "--microbatches", "4", "-o", plan_path])
+    result = sh([binary, "simulate", plan_path])
+    assert "interpolated linearly to micro-batches of 6 from the sizes the profile measured (4, 8)" in result.stdout, \
+        result.stdout
+
+
 CASES = {f.__name__: f for f in [two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, rank_killed, interrupted_launcher, bad_input,
-                                  torchscript_model]}
+                                  torchscript_model, profile_then_plan]}
 
 if __name__ == "__main__":
     binary, case = sys.argv[1], sys.argv[2]

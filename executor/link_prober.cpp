@@ -1,0 +1,134 @@
+#include "executor/link_prober.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#ifdef GPIPE_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#include "executor/c10d_communicator.h"
+#include "executor/profiler.h"
+
+namespace gpipe::executor {
+namespace {
+
+int64_t DeviceMemoryBytes(const std::string& device, int ranks_here) {
+#ifdef GPIPE_WITH_CUDA
+  if (device == "cuda") {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) return static_cast<int64_t>(total_bytes);
+  }
+#endif
+  (void)device;
+  const int64_t pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages * page / std::max(1, ranks_here);
+}
+
+}  // namespace
+
+Link FitLink(const std::vector<std::pair<int64_t, double>>& samples) {
+  Link link{1e15, 0};
+  if (samples.empty()) return link;
+  auto sorted = samples;
+  std::sort(sorted.begin(), sorted.end());
+  const auto& [small_bytes, small_ms] = sorted.front();
+  const auto& [large_bytes, large_ms] = sorted.back();
+  link.latency_ms = std::max(0.0, small_ms);
+  if (large_bytes > small_bytes && large_ms > small_ms) {
+    link.bandwidth_bytes_per_s = static_cast<double>(large_bytes - small_bytes) / (large_ms - small_ms) * 1e3;
+  }
+  return link;
+}
+
+Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(const WorkerEnv& env,
+                                                                              const LinkProbeSettings& settings) {
+  RendezvousOptions rendezvous;
+  rendezvous.master_addr = env.master_addr;
+  rendezvous.master_port = env.master_port;
+  rendezvous.rank = env.rank;
+  rendezvous.world_size = env.world_size;
+  rendezvous.timeout = settings.timeout;
+  rendezvous.nccl = settings.device == "cuda";
+  Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
+  if (!comm.ok()) return comm.status();
+  const torch::Device device = settings.device == "cuda"
+                                   ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
+                                   : torch::Device(torch::kCPU);
+  std::vector<LinkFit> fits;
+  try {
+    // Pairs in a fixed order, every rank walking the same list: one pair at a time on the wire.
+    for (int from = 0; from < env.world_size; ++from) {
+      for (int to = 0; to < env.world_size; ++to) {
+        if (from == to) continue;
+        LinkFit fit{from, to, {}, {}};
+        for (const int64_t bytes : settings.message_bytes) {
+          torch::Tensor buffer = torch::zeros({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
+          std::vector<double> one_way;
+          for (int rep = 0; rep < settings.repeats + 1; ++rep) {
+            const auto start = std::chrono::steady_clock::now();
+            if (env.rank == from) {
+              (*comm)->Send(buffer, to, 1)->Wait();
+              (*comm)->Recv(buffer, to, 2)->Wait();
+            } else if (env.rank == to) {
+              (*comm)->Recv(buffer, from, 1)->Wait();
+              (*comm)->Send(buffer, from, 2)->Wait();
+            }
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+            if (rep > 0) one_way.push_back(ms / 2);  // the first exchange warms up
+          }
+          if (env.rank == from) fit.samples.emplace_back(bytes, Summarize(one_way).median_ms);
+        }
+        (*comm)->Barrier();
+        if (env.rank == from) {
+          fit.link = FitLink(fit.samples);
+          fits.push_back(fit);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    return Status::Invalid("rank " + std::to_string(env.rank) + ": probing links: " + e.what());
+  }
+  nlohmann::json mine = nlohmann::json::array();
+  for (const LinkFit& f : fits) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const auto& [bytes, ms] : f.samples) samples.push_back({bytes, ms});
+    mine.push_back({{"from", f.from}, {"to", f.to}, {"latency_ms", f.link.latency_ms},
+                    {"bandwidth_bytes_per_s", f.link.bandwidth_bytes_per_s}, {"samples", samples}});
+  }
+  std::vector<std::string> all;
+  try {
+    all = (*comm)->GatherToRankZero(mine.dump());
+  } catch (const std::exception& e) {
+    return Status::Invalid(std::string("collecting the link measurements: ") + e.what());
+  }
+  if (env.rank != 0) return std::optional<std::pair<Cluster, std::vector<LinkFit>>>();
+  std::vector<LinkFit> every;
+  for (const std::string& text : all) {
+    for (const nlohmann::json& j : nlohmann::json::parse(text)) {
+      LinkFit f;
+      f.from = j["from"];
+      f.to = j["to"];
+      f.link.latency_ms = j["latency_ms"];
+      f.link.bandwidth_bytes_per_s = j["bandwidth_bytes_per_s"];
+      for (const nlohmann::json& s : j["samples"]) f.samples.emplace_back(s[0].get<int64_t>(), s[1].get<double>());
+      every.push_back(f);
+    }
+  }
+  Cluster cluster;
+  cluster.name = "measured-" + settings.device + "-" + std::to_string(env.world_size);
+  cluster.devices = env.world_size;
+  const char* local_size = std::getenv("LOCAL_WORLD_SIZE");
+  cluster.device_memory_bytes = DeviceMemoryBytes(settings.device, local_size ? std::atoi(local_size) : env.world_size);
+  std::vector<LinkFit> by_bandwidth = every;
+  std::sort(by_bandwidth.begin(), by_bandwidth.end(), [](const LinkFit& a, const LinkFit& b) {
+    return a.link.bandwidth_bytes_per_s < b.link.bandwidth_bytes_per_s;
+  });
+  cluster.link = by_bandwidth.empty() ? Link{1e9, 0} : by_bandwidth[by_bandwidth.size() / 2].link;
+  for (const LinkFit& f : every) cluster.links.push_back({f.from, f.to, f.link});
+  return std::optional<std::pair<Cluster, std::vector<LinkFit>>>(std::make_pair(cluster, every));
+}
+
+}  // namespace gpipe::executor
