@@ -2,8 +2,6 @@
 // executor's own wire and write a cluster file. Like `run`, it launches its ranks unless it is one.
 #include <unistd.h>
 
-#include <cstdlib>
-#include <map>
 #include <ostream>
 
 #include "cli/commands.h"
@@ -15,8 +13,6 @@
 #ifdef GPIPE_WITH_TORCH
 #include "executor/link_prober.h"
 #endif
-
-extern char** environ;
 
 namespace gpipe::cli {
 namespace {
@@ -46,13 +42,7 @@ class ProfileLinksCommand : public Command {
     (void)out;
     return Fail(err, Status::Invalid("this build has no executor: configure with -DGPIPE_WITH_TORCH=ON (scripts/setup.sh)"));
 #else
-    std::map<std::string, std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string entry = *e;
-      const size_t eq = entry.find('=');
-      if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-    }
-    Expected<std::optional<executor::WorkerEnv>> worker = executor::WorkerEnvFrom(env);
+    Expected<std::optional<executor::WorkerEnv>> worker = executor::WorkerEnvFrom(executor::EnvironmentMap());
     if (!worker.ok()) return Fail(err, worker.status());
     if (!worker->has_value()) return Launch(err);
     executor::LinkProbeSettings settings;
@@ -96,9 +86,7 @@ class ProfileLinksCommand : public Command {
     }
     launch.master_addr = master_addr_;
     launch.master_port = master_port_ > 0 ? master_port_ : 29000 + static_cast<int>(getpid() % 2000);
-    char self[4096];
-    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-    launch.argv = {n > 0 ? std::string(self, static_cast<size_t>(n)) : "gpipe-plan", "profile-links", "-o", output_path_,
+    launch.argv = {executor::SelfExecutable(), "profile-links", "-o", output_path_,
                    "--ranks", std::to_string(ranks_), "--device", device_, "--repeats", std::to_string(repeats_),
                    "--timeout", Format("%g", timeout_s_)};
     return executor::LaunchRanks(launch, err) == 0 ? kExitOk : kExitFailure;

@@ -24,22 +24,10 @@
 #include "executor/worker.h"
 #endif
 
-extern char** environ;
-
 namespace gpipe::cli {
 namespace {
 
 #ifdef GPIPE_WITH_TORCH
-std::map<std::string, std::string> Environment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    const size_t eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
-  return env;
-}
-
 // A free TCP port on loopback, for a single-node job that was not given one.
 int FreePort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -58,11 +46,6 @@ int FreePort() {
   return port;
 }
 
-std::string SelfPath() {
-  char buffer[4096];
-  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("gpipe-plan");
-}
 #endif
 
 class RunCommand : public Command {
@@ -123,7 +106,7 @@ class RunCommand : public Command {
       if (!record.ok()) return Fail(err, record.status());
       return Finish(*plan, *record, out, err);
     }
-    Expected<std::optional<executor::WorkerEnv>> env = executor::WorkerEnvFrom(Environment());
+    Expected<std::optional<executor::WorkerEnv>> env = executor::WorkerEnvFrom(executor::EnvironmentMap());
     if (!env.ok()) return Fail(err, env.status());
     if (env->has_value()) {
       Expected<std::optional<RunRecord>> record = executor::RunWorker(*plan, *model, **env, settings, out);
@@ -162,7 +145,7 @@ class RunCommand : public Command {
           << ", reachable from other machines (the default is loopback only)\n";
     }
     launch.grace = std::chrono::milliseconds(static_cast<int64_t>(std::min(timeout_s_, 10.0) * 1000));
-    launch.argv = {SelfPath(), "run", plan_path_, "--model", model_path_, "--steps", std::to_string(steps_),
+    launch.argv = {executor::SelfExecutable(), "run", plan_path_, "--model", model_path_, "--steps", std::to_string(steps_),
                    "--threads-per-rank", std::to_string(threads_), "--device", device_,
                    "--timeout", Format("%g", timeout_s_)};
     const auto add = [&](const char* flag, const std::string& value) {

@@ -143,6 +143,18 @@ bool NcclCompiledIn() {
 #endif
 }
 
+RendezvousOptions RendezvousFor(int rank, int world_size, const std::string& master_addr, int master_port,
+                                std::chrono::milliseconds timeout, bool nccl) {
+  RendezvousOptions options;
+  options.master_addr = master_addr;
+  options.master_port = master_port;
+  options.rank = rank;
+  options.world_size = world_size;
+  options.timeout = timeout;
+  options.nccl = nccl;
+  return options;
+}
+
 Expected<std::unique_ptr<Communicator>> ConnectC10d(const RendezvousOptions& options) {
   if (options.nccl && !NcclCompiledIn()) {
     return Status::Invalid("NCCL was asked for, but this build has no CUDA LibTorch; use --device cpu (Gloo)");

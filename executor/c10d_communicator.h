@@ -23,6 +23,10 @@ struct RendezvousOptions {
   bool nccl = false;
 };
 
+/// The rendezvous of a process started by a launcher, torchrun or SLURM (see WorkerEnv).
+RendezvousOptions RendezvousFor(int rank, int world_size, const std::string& master_addr, int master_port,
+                                std::chrono::milliseconds timeout, bool nccl);
+
 /// Joins the job; errors say who did not come and where it was waited for.
 Expected<std::unique_ptr<Communicator>> ConnectC10d(const RendezvousOptions& options);
 

@@ -36,6 +36,22 @@ std::string DescribeStatus(int status) {
 
 }  // namespace
 
+std::map<std::string, std::string> EnvironmentMap() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return env;
+}
+
+std::string SelfExecutable() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("gpipe-plan");
+}
+
 std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank) {
   const int per_node = options.world_size / options.nnodes;
   return {"RANK=" + std::to_string(options.node_rank * per_node + local_rank),

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <iosfwd>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,11 @@ struct LaunchOptions {
   /// How long the other ranks get to stop on their own after one failed.
   std::chrono::milliseconds grace{10000};
 };
+
+/// This process's environment as a map.
+std::map<std::string, std::string> EnvironmentMap();
+/// The path of this program (for starting ranks of it).
+std::string SelfExecutable();
 
 /// The environment a rank is started with, as NAME=value strings (added to the launcher's own).
 std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank);

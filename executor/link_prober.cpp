@@ -45,13 +45,8 @@ Link FitLink(const std::vector<std::pair<int64_t, double>>& samples) {
 
 Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(const WorkerEnv& env,
                                                                               const LinkProbeSettings& settings) {
-  RendezvousOptions rendezvous;
-  rendezvous.master_addr = env.master_addr;
-  rendezvous.master_port = env.master_port;
-  rendezvous.rank = env.rank;
-  rendezvous.world_size = env.world_size;
-  rendezvous.timeout = settings.timeout;
-  rendezvous.nccl = settings.device == "cuda";
+  const RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
+                                                     settings.timeout, settings.device == "cuda");
   Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
   if (!comm.ok()) return comm.status();
   const torch::Device device = settings.device == "cuda"

@@ -134,13 +134,8 @@ Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& 
   if (cuda && !torch::cuda::is_available()) {
     return Status::Invalid("--device cuda: this machine has no usable GPU (or LibTorch has no CUDA); use --device cpu");
   }
-  RendezvousOptions rendezvous;
-  rendezvous.master_addr = env.master_addr;
-  rendezvous.master_port = env.master_port;
-  rendezvous.rank = env.rank;
-  rendezvous.world_size = env.world_size;
-  rendezvous.timeout = settings.timeout;
-  rendezvous.nccl = cuda;
+  const RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
+                                                     settings.timeout, cuda);
   Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
   if (!comm.ok()) return comm.status();
 
