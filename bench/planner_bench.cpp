@@ -1,7 +1,8 @@
 // How fast the planner runs.
 //   build/bench/planner_bench --benchmark_filter=Exact       # one (K, M, schedule), shipped GPT-3 13B
 //   build/bench/planner_bench --benchmark_filter=Layers      # growth with the number of layers
-//   build/bench/planner_bench --benchmark_filter=FullSearch  # every dimension, 8 and 32 A100s
+//   build/bench/planner_bench --benchmark_filter=FullSearch  # every dimension: 8 and 32 A100s, and a
+//                                                            # 1,024-layer model on 64 devices
 // Counters: nodes of the branch and bound, and proven = 1 when it finished within its budget.
 #include <benchmark/benchmark.h>
 
@@ -88,9 +89,9 @@ BENCHMARK(BM_Layers1F1B)
     ->Args({8, 32, 64})->Args({8, 32, 128})->Args({8, 32, 256})->Args({8, 32, 512})->Args({8, 32, 1024})
     ->Unit(benchmark::kMillisecond)->Iterations(1);
 
-void FullSearch(benchmark::State& state, const Cluster& cluster) {
+void FullSearch(benchmark::State& state, const Cluster& cluster, const Profile& profile = Gpt3()) {
   SearchRequest request;
-  request.profile = Gpt3();
+  request.profile = profile;
   request.cluster = cluster;
   request.global_batch = 512;
   request.optimizer = Optimizer::kAdamMixed;
@@ -106,6 +107,14 @@ void BM_FullSearch8(benchmark::State& state) { FullSearch(state, Cluster8()); }
 void BM_FullSearch32(benchmark::State& state) { FullSearch(state, Cluster32()); }
 BENCHMARK(BM_FullSearch8)->Arg(20'000)->Arg(200'000)->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK(BM_FullSearch32)->Arg(20'000)->Unit(benchmark::kMillisecond)->Iterations(1);
+// The target case: a 1,024-layer GPT-like profile on 64 devices (8 nodes of 8).
+void BM_FullSearchDeep64(benchmark::State& state) {
+  Cluster cluster = Cluster32();
+  cluster.devices = 64;
+  static const Profile deep = Deep(1024);
+  FullSearch(state, cluster, deep);
+}
+BENCHMARK(BM_FullSearchDeep64)->Arg(2'000)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 }  // namespace gpipe

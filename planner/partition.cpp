@@ -43,7 +43,7 @@ ShapeData& ShapeFor(const PartitionProblem& problem) {
   const Key key = {static_cast<int>(problem.schedule), problem.ranks, problem.chunks, problem.microbatches};
   std::unique_ptr<ShapeData>& entry = cache[key];
   if (!entry) {
-    if (cache.size() > 64) {
+    if (cache.size() > 1024) {
       cache.clear();
       return ShapeFor(problem);
     }

@@ -128,37 +128,38 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
     max_in_flight_ = std::max(max_in_flight_, in_flight);
   };
   // The count vectors met right after an action's start (frees at an action's end never make a
-  // new peak), flattened, without immediate repeats.
-  std::vector<int> seen;
+  // new peak), kept as the set of maximal ones (none is below another in every count), updated as
+  // they come: a rank's walk meets thousands of vectors but only a few are maximal.
+  const auto covers = [&](const int* big, const int* small) {
+    for (size_t d = 0; d < width_; ++d) {
+      if (big[d] < small[d]) return false;
+    }
+    return true;
+  };
   for (const Action& a : schedule.ranks[rank]) {
     const int i = slot[a.stage];
     const SymbolicEffect e = SymbolicEffectOf(a, remat[i], ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
     apply(e.at_start, 4 * i);
     const MemoryCounts& n = e.at_start;
     const bool grew = n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0;
-    if (grew && (seen.size() < width_ || !std::equal(counts.begin(), counts.end(), seen.end() - static_cast<std::ptrdiff_t>(width_)))) {
-      seen.insert(seen.end(), counts.begin(), counts.end());
+    if (grew) {
+      bool covered = false;
+      for (size_t k = 0; k < vectors_.size() && !covered; k += width_) covered = covers(&vectors_[k], counts.data());
+      if (!covered) {
+        // Drop the kept vectors the new one covers, then keep it.
+        size_t out = 0;
+        for (size_t k = 0; k < vectors_.size(); k += width_) {
+          if (covers(counts.data(), &vectors_[k])) continue;
+          std::copy(vectors_.begin() + static_cast<std::ptrdiff_t>(k),
+                    vectors_.begin() + static_cast<std::ptrdiff_t>(k + width_),
+                    vectors_.begin() + static_cast<std::ptrdiff_t>(out));
+          out += width_;
+        }
+        vectors_.resize(out);
+        vectors_.insert(vectors_.end(), counts.begin(), counts.end());
+      }
     }
     apply(e.at_end, 4 * i);
-  }
-  // Distinct vectors in descending order; keep those no earlier (larger) kept vector covers.
-  const size_t n = seen.size() / width_;
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i * width_;
-  const auto at = [&](size_t offset) { return seen.begin() + static_cast<std::ptrdiff_t>(offset); };
-  const auto w = static_cast<std::ptrdiff_t>(width_);
-  std::sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-    return std::lexicographical_compare(at(y), at(y) + w, at(x), at(x) + w);
-  });
-  order.erase(std::unique(order.begin(), order.end(), [&](size_t x, size_t y) { return std::equal(at(x), at(x) + w, at(y)); }),
-              order.end());
-  for (size_t offset : order) {
-    bool covered = false;
-    for (size_t k = 0; k < vectors_.size() && !covered; k += width_) {
-      covered = true;
-      for (size_t d = 0; d < width_ && covered; ++d) covered = vectors_[k + d] >= seen[offset + d];
-    }
-    if (!covered) vectors_.insert(vectors_.end(), at(offset), at(offset) + w);
   }
 }
 
