@@ -84,9 +84,11 @@ class Search {
         links_[from][to] = p_.cluster->LinkBetween(Device(0, from), Device(0, to));
       }
     }
-    ring_devices_.resize(ranks);
+    rings_.resize(ranks);
     for (int r = 0; r < ranks; ++r) {
-      for (int d = 0; d < p_.replicas; ++d) ring_devices_[r].push_back(Device(d, r));
+      std::vector<int> devices;
+      for (int d = 0; d < p_.replicas; ++d) devices.push_back(Device(d, r));
+      rings_[r] = RingOf(*p_.cluster, devices);
     }
     min_output_from_.assign(layers_ + 1, kInfinity);
     for (int l = layers_ - 2; l >= 0; --l) min_output_from_[l] = std::min(min_output_from_[l + 1], table_.OutputBytes(l));
@@ -136,7 +138,7 @@ class Search {
   int Device(int replica, int rank) const { return DeviceOf(p_.placement, p_.ranks, p_.replicas, replica, rank); }
   double Cutoff() const { return best_ * (1.0 - kTieFraction); }
   double AllReduceMs(int rank, double param_bytes) const {
-    return p_.replicas > 1 ? RingAllReduceMs(*p_.cluster, ring_devices_[rank], param_bytes) : 0.0;
+    return p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0;
   }
   const MemoryFrontier& Frontier(int rank, int mask) const {
     std::unique_ptr<MemoryFrontier>& frontier = shape_->frontiers[rank][mask];
@@ -473,7 +475,7 @@ class Search {
   std::vector<int> forwards_first_;
   std::vector<int> in_flight_;
   std::vector<std::vector<Link>> links_;
-  std::vector<std::vector<int>> ring_devices_;
+  std::vector<Ring> rings_;  // each rank's all-reduce ring over the replicas
   // min_output_from_[l]: the smallest message a boundary after layer l or later can carry.
   std::vector<double> min_output_from_;
   double total_forward_ = 0;

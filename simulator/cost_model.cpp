@@ -67,18 +67,21 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   return model;
 }
 
-double RingAllReduceMs(const Cluster& cluster, const std::vector<int>& devices, double bytes) {
+Ring RingOf(const Cluster& cluster, const std::vector<int>& devices) {
+  Ring ring;
   const size_t n = devices.size();
-  if (n < 2) return 0.0;
-  double bandwidth = std::numeric_limits<double>::infinity();
-  double latency = 0;
-  for (size_t i = 0; i < n; ++i) {
+  ring.devices = static_cast<double>(n);
+  ring.bandwidth_bytes_per_s = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < n && n >= 2; ++i) {
     const Link& link = cluster.LinkBetween(devices[i], devices[(i + 1) % n]);
-    bandwidth = std::min(bandwidth, link.bandwidth_bytes_per_s);
-    latency = std::max(latency, link.latency_ms);
+    ring.bandwidth_bytes_per_s = std::min(ring.bandwidth_bytes_per_s, link.bandwidth_bytes_per_s);
+    ring.latency_ms = std::max(ring.latency_ms, link.latency_ms);
   }
-  const double steps = 2.0 * static_cast<double>(n - 1);
-  return steps * (latency + bytes / static_cast<double>(n) / bandwidth * 1e3);
+  return ring;
+}
+
+double RingAllReduceMs(const Cluster& cluster, const std::vector<int>& devices, double bytes) {
+  return RingOf(cluster, devices).AllReduceMs(bytes);
 }
 
 CostModel UniformCostModel(int ranks, int stages, double forward_ms, double backward_ms,

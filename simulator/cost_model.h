@@ -64,8 +64,21 @@ struct CostModel {
 /// (zb-h1 needs every layer's backward_weight_ms).
 Expected<CostModel> BuildCostModel(const Plan& plan);
 
-/// A ring all-reduce of `bytes` over `devices` (in ring order): 2(D-1) steps, each moving
-/// bytes/D over the ring's slowest link and paying its largest latency.
+/// A ring all-reduce over `devices` (in ring order): 2(D-1) steps, each moving bytes/D over the
+/// ring's slowest link and paying its largest latency. The ring's links are read once; the time
+/// for any byte count follows (the planner asks for many).
+struct Ring {
+  double devices = 1;
+  double bandwidth_bytes_per_s = 0;
+  double latency_ms = 0;
+
+  double AllReduceMs(double bytes) const {
+    if (devices < 2) return 0.0;
+    return 2.0 * (devices - 1) * (latency_ms + bytes / devices / bandwidth_bytes_per_s * 1e3);
+  }
+};
+Ring RingOf(const Cluster& cluster, const std::vector<int>& devices);
+/// RingOf(cluster, devices).AllReduceMs(bytes).
 double RingAllReduceMs(const Cluster& cluster, const std::vector<int>& devices, double bytes);
 
 /// Equal stages over free links: every stage costs forward_ms and backward_ms, with
