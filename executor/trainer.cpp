@@ -17,11 +17,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Sums gradients (and the loss, on last-stage ranks) over the replicas of this pipeline rank.
-double SumOverReplicas(Communicator& comm, const std::vector<int>& group, const std::vector<torch::Tensor>& params,
+double SumOverReplicas(Communicator& comm, const std::vector<int>& group, std::vector<torch::Tensor> params,
                        bool has_loss, double loss) {
   std::vector<torch::Tensor> pieces;
-  for (const torch::Tensor& p : params) {
-    if (!p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad() = torch::zeros_like(p);
+  for (torch::Tensor& p : params) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // a parameter the step did not reach
     pieces.push_back(p.grad().reshape({-1}));
   }
   if (has_loss) pieces.push_back(torch::full({1}, loss, params.empty() ? torch::TensorOptions() : params[0].options()));

@@ -121,7 +121,8 @@ Status CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size) {
                            " does not split into D x M = " + std::to_string(plan.replicas * plan.microbatches) +
                            " equal micro-batches");
   }
-  return BuildSchedule(plan).ok() ? Status::Ok() : BuildSchedule(plan).status();
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  return schedule.ok() ? Status::Ok() : schedule.status();
 }
 
 Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& model, const WorkerEnv& env,
