@@ -32,6 +32,9 @@ std::map<std::string, std::string> EnvironmentMap();
 /// The path of this program (for starting ranks of it).
 std::string SelfExecutable();
 
+/// A TCP port free on loopback now, for a single-node job not given one (29500 if none is found).
+int FreeLoopbackPort();
+
 /// The environment a rank is started with, as NAME=value strings (added to the launcher's own).
 std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local_rank);
 

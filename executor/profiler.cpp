@@ -75,6 +75,11 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
   const int total = static_cast<int>(settings.microbatch_sizes.size()) * rounds;
   const int n = *count;
   int done = 0;
+  const auto clear_grads = [&layers] {
+    for (auto& layer : layers) {
+      for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::Tensor();
+    }
+  };
   std::vector<SizeMeasurement> sizes;
   for (const int64_t b : settings.microbatch_sizes) {
     SizeMeasurement size;
@@ -127,18 +132,14 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           if (keep) (input_only ? input_grad : bwd)[i].push_back(ms);
           grad = next_grad.defined() ? next_grad : (i > 0 ? torch::zeros_like(outs[i - 1]) : torch::Tensor());
         }
-        for (auto& layer : layers) {
-          for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::Tensor();
-        }
+        clear_grads();
       }
       const double whole_ms = TimeMs(settings.device, [&] {
         torch::Tensor h = batch.input;
         for (auto& layer : layers) h = layer->Forward(h);
         LossOf(model, h, batch.target).backward();
       });
-      for (auto& layer : layers) {
-        for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::Tensor();
-      }
+      clear_grads();
       if (keep) whole.push_back(whole_ms);
       if (settings.progress) {
         settings.progress(++done, total, "round " + std::to_string(round + 1) + " of " + std::to_string(rounds) +

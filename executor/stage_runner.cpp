@@ -193,11 +193,16 @@ void StageRunner::Backward(const Action& a) {
   } else {
     torch::autograd::backward({root});
   }
-  Micro& m = MicroOf(a.stage, a.microbatch);
-  HandBackInputGrad(a, IsFirst(a.stage) ? torch::Tensor() : m.input.grad());
-  torch::Tensor to_send = m.to_send;
-  micro_.erase({a.stage, a.microbatch});
-  if (to_send.defined()) MicroOf(a.stage, a.microbatch).to_send = to_send;
+  HandBackInputGrad(a, IsFirst(a.stage) ? torch::Tensor() : MicroOf(a.stage, a.microbatch).input.grad());
+  ReleaseMicro(a);
+}
+
+void StageRunner::ReleaseMicro(const Action& a) {
+  auto it = micro_.find({a.stage, a.microbatch});
+  if (it == micro_.end()) return;
+  torch::Tensor to_send = std::move(it->second.to_send);
+  micro_.erase(it);
+  if (to_send.defined()) MicroOf(a.stage, a.microbatch).to_send = std::move(to_send);
 }
 
 void StageRunner::BackwardInput(const Action& a) {
@@ -248,9 +253,7 @@ void StageRunner::BackwardWeight(const Action& a) {
     torch::autograd::backward({root}, grad.defined() ? std::vector<torch::Tensor>{grad} : std::vector<torch::Tensor>{},
                               /*retain_graph=*/true, /*create_graph=*/false, params);
   }
-  torch::Tensor to_send = m.to_send;
-  micro_.erase({a.stage, a.microbatch});
-  if (to_send.defined()) MicroOf(a.stage, a.microbatch).to_send = to_send;
+  ReleaseMicro(a);
 }
 
 void StageRunner::Send(const Action& a) {
@@ -275,10 +278,14 @@ void StageRunner::Send(const Action& a) {
   if (it != micro_.end() && !it->second.input.defined() && !it->second.root.defined()) micro_.erase(it);
 }
 
-void StageRunner::PostReceive(const Action& a, bool only_if_shape_known) {
+std::tuple<int, int, int> StageRunner::IncomingKey(const Action& a) {
   const int kind = a.op == Op::kRecvActivation ? kActivation : kGradient;
-  const int from_stage = kind == kActivation ? a.stage - 1 : a.stage + 1;
-  const auto key = std::make_tuple(kind, from_stage, a.microbatch);
+  return {kind, kind == kActivation ? a.stage - 1 : a.stage + 1, a.microbatch};
+}
+
+void StageRunner::PostReceive(const Action& a, bool only_if_shape_known) {
+  const auto key = IncomingKey(a);
+  const auto [kind, from_stage, microbatch] = key;
   if (incoming_.count(key) > 0) return;
   auto shape = shapes_.find({kind, from_stage});
   if (shape == shapes_.end()) {
@@ -296,15 +303,13 @@ void StageRunner::PostReceive(const Action& a, bool only_if_shape_known) {
   }
   const int peer = config_.stage_process[static_cast<size_t>(from_stage)];
   torch::Tensor buffer = torch::empty(shape->second.first, torch::TensorOptions().dtype(shape->second.second).device(config_.device));
-  std::unique_ptr<PendingWork> work = comm_.Recv(buffer, peer, MessageTag(kind, from_stage, a.microbatch));
+  std::unique_ptr<PendingWork> work = comm_.Recv(buffer, peer, MessageTag(kind, from_stage, microbatch));
   incoming_.emplace(key, Incoming{buffer, std::move(work)});
 }
 
 void StageRunner::Receive(const Action& a) {
   PostReceive(a, /*only_if_shape_known=*/false);
-  const int kind = a.op == Op::kRecvActivation ? kActivation : kGradient;
-  const int from_stage = kind == kActivation ? a.stage - 1 : a.stage + 1;
-  incoming_.at({kind, from_stage, a.microbatch}).work->Wait();
+  incoming_.at(IncomingKey(a)).work->Wait();
 }
 
 torch::Tensor StageRunner::TakeIncoming(int kind, int stage, int microbatch) {

@@ -110,6 +110,11 @@ class StageRunner {
   void PostReceive(const Action& a, bool only_if_shape_known);
   /// A RECV action: posts the receive if it is not yet, and waits for it (its time is the wait).
   void Receive(const Action& a);
+  /// The (kind, sending stage, micro-batch) a RECV action waits for.
+  static std::tuple<int, int, int> IncomingKey(const Action& a);
+  /// Drops what a micro-batch kept on its stage once its backward is done, except a gradient
+  /// still waiting for its SEND_B.
+  void ReleaseMicro(const Action& a);
 
   torch::Tensor RunLayers(StageSetup& stage, torch::Tensor x, std::vector<torch::Tensor>* boundaries);
   torch::Tensor Target(int microbatch) const;

@@ -67,6 +67,16 @@ void PrintProgress(std::ostream& out, int step, int steps, double loss, double t
   out.flush();
 }
 
+// What TrainRank needs of the run's settings (the device is each caller's own).
+TrainOptions OptionsFrom(const RunSettings& settings) {
+  TrainOptions options;
+  options.steps = settings.steps;
+  options.checkpoint_dir = settings.checkpoint_dir;
+  options.checkpoint_every = settings.checkpoint_every;
+  options.resume = settings.resume;
+  return options;
+}
+
 }  // namespace
 
 Expected<std::optional<WorkerEnv>> WorkerEnvFrom(const std::map<std::string, std::string>& env) {
@@ -101,7 +111,7 @@ Expected<std::optional<WorkerEnv>> WorkerEnvFrom(const std::map<std::string, std
   return std::optional<WorkerEnv>(w);
 }
 
-Status CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size) {
+Expected<Schedule> CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size) {
   Expected<int> layers = CountLayers(model);
   if (!layers.ok()) return layers.status();
   if (*layers != plan.profile.num_layers()) {
@@ -121,14 +131,12 @@ Status CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size) {
                            " does not split into D x M = " + std::to_string(plan.replicas * plan.microbatches) +
                            " equal micro-batches");
   }
-  Expected<Schedule> schedule = BuildSchedule(plan);
-  return schedule.ok() ? Status::Ok() : schedule.status();
+  return BuildSchedule(plan);
 }
 
 Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& model, const WorkerEnv& env,
                                              const RunSettings& settings, std::ostream& progress) {
-  GPIPE_RETURN_IF_ERROR(CheckRunnable(plan, model, env.world_size));
-  Expected<Schedule> schedule = BuildSchedule(plan);
+  Expected<Schedule> schedule = CheckRunnable(plan, model, env.world_size);
   if (!schedule.ok()) return schedule.status();
   at::set_num_threads(settings.threads_per_rank);
   const bool cuda = settings.device == "cuda";
@@ -140,12 +148,8 @@ Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& 
   Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
   if (!comm.ok()) return comm.status();
 
-  TrainOptions options;
-  options.steps = settings.steps;
+  TrainOptions options = OptionsFrom(settings);
   options.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : torch::Device(torch::kCPU);
-  options.checkpoint_dir = settings.checkpoint_dir;
-  options.checkpoint_every = settings.checkpoint_every;
-  options.resume = settings.resume;
   const int last_rank = plan.stages.back().rank;
   const bool reporter = plan.DeviceOf(0, last_rank) == env.rank;
   double mean_ms = 0;
@@ -179,18 +183,13 @@ Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& 
 
 Expected<RunRecord> TrainInProcess(const Plan& plan, const ModelSpec& model, const RunSettings& settings,
                                    std::vector<RankOutcome>* outcomes) {
-  GPIPE_RETURN_IF_ERROR(CheckRunnable(plan, model, 0));
-  Expected<Schedule> schedule = BuildSchedule(plan);
+  Expected<Schedule> schedule = CheckRunnable(plan, model, 0);
   if (!schedule.ok()) return schedule.status();
   const int world = plan.num_ranks() * plan.replicas;
   auto hub = std::make_shared<LocalHub>(world, settings.timeout);
   std::vector<std::optional<Expected<RankOutcome>>> results(static_cast<size_t>(world));
   std::vector<std::thread> threads;
-  TrainOptions options;
-  options.steps = settings.steps;
-  options.checkpoint_dir = settings.checkpoint_dir;
-  options.checkpoint_every = settings.checkpoint_every;
-  options.resume = settings.resume;
+  const TrainOptions options = OptionsFrom(settings);
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       at::set_num_threads(settings.threads_per_rank);

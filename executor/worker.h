@@ -13,6 +13,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/run_record.h"
+#include "core/schedule/schedule.h"
 #include "core/status.h"
 #include "executor/trainer.h"
 
@@ -41,9 +42,10 @@ struct RunSettings {
   bool resume = false;
 };
 
-/// The checks before any rank starts: the model's layers match the plan's profile, and the
-/// plan's schedule builds. `world_size` (when > 0) must be K x D.
-Status CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size);
+/// The checks before any rank starts: the model's layers match the plan's profile, the batch
+/// splits, and the plan's schedule builds; returns that schedule (lowered, as ranks walk it).
+/// `world_size` (when > 0) must be K x D.
+Expected<Schedule> CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size);
 
 /// Trains this process's rank; rank 0 returns the merged record, the others nullopt. Progress
 /// lines go to `progress` from the rank that holds the last stage of replica 0.
