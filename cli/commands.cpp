@@ -4,6 +4,11 @@
 
 namespace gpipe::cli {
 
+int Fail(std::ostream& err, const char* command, const Status& status) {
+  err << "gpipe-plan " << command << ": " << status.message() << "\n";
+  return kExitFailure;
+}
+
 const std::vector<CommandEntry>& Commands() {
   static const std::vector<CommandEntry> commands = {
       {"plan", "Find the fastest pipeline plan that fits in memory, and the alternatives", MakePlanCommand},

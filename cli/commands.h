@@ -10,12 +10,21 @@
 
 #include <CLI/CLI.hpp>
 
+#include "core/status.h"
+
 namespace gpipe::cli {
 
 /// Exit codes: 0 success, 1 the input was wrong or the work failed, 2 the command line was wrong.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+
+/// Writes "gpipe-plan <command>: <message>" to `err` and returns kExitFailure.
+int Fail(std::ostream& err, const char* command, const Status& status);
+/// What commands that need LibTorch say in a build without it.
+inline constexpr const char* kNoExecutor =
+    "this build has no executor: configure with -DGPIPE_WITH_TORCH=ON and CMAKE_PREFIX_PATH pointing at "
+    "LibTorch (scripts/setup.sh does both)";
 
 class Command {
  public:

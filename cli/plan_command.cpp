@@ -53,7 +53,7 @@ class PlanCommand : public Command {
 
   int Run(std::ostream& out, std::ostream& err) override {
     Expected<SearchRequest> request = Request();
-    if (!request.ok()) return Fail(err, request.status());
+    if (!request.ok()) return Fail(err, "plan", request.status());
     if (!quiet_) {
       request->progress = [&err, started = std::chrono::steady_clock::now()](size_t done, size_t all, double best) {
         if (std::chrono::steady_clock::now() - started < std::chrono::seconds(1)) return;
@@ -63,7 +63,7 @@ class PlanCommand : public Command {
     }
     const auto started = std::chrono::steady_clock::now();
     Expected<SearchResult> result = SearchPlans(*request);
-    if (!result.ok()) return Fail(err, result.status());
+    if (!result.ok()) return Fail(err, "plan", result.status());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (json_) {
       if (result->best) out << PlanReportJson(*result).dump(2) << "\n";
@@ -76,14 +76,14 @@ class PlanCommand : public Command {
     }
     if (!output_path_.empty()) {
       const Status written = WriteFileAtomically(output_path_, PlanReportJson(*result).dump(1) + "\n");
-      if (!written.ok()) return Fail(err, written);
+      if (!written.ok()) return Fail(err, "plan", written);
       if (!json_) out << "\nplan written to " << output_path_ << "\n";
     }
     if (pictures_.any()) {
       const Plan& plan = result->best->plan;
       const SimResult sim = *Simulate(*BuildSchedule(plan), *BuildCostModel(plan));
       const Status written = pictures_.Write(TimelineFromSim(sim, PlanTitle(plan, "planned")));
-      if (!written.ok()) return Fail(err, written);
+      if (!written.ok()) return Fail(err, "plan", written);
     }
     return kExitOk;
   }
@@ -146,11 +146,6 @@ class PlanCommand : public Command {
     if (max_nodes_ < 1) return Status::Invalid("--max-nodes: must be at least 1");
     request.max_nodes = max_nodes_;
     return request;
-  }
-
-  static int Fail(std::ostream& err, const Status& status) {
-    err << "gpipe-plan plan: " << status.message() << "\n";
-    return kExitFailure;
   }
 
   std::string profile_path_, cluster_path_, output_path_, remat_ = "auto";

@@ -40,10 +40,10 @@ class ProfileCommand : public Command {
 
   int Run(std::ostream& out, std::ostream& err) override {
     Expected<ModelSpec> model = LoadModel(model_path_);
-    if (!model.ok()) return Fail(err, model.status());
+    if (!model.ok()) return Fail(err, "profile", model.status());
 #ifndef GPIPE_WITH_TORCH
     (void)out;
-    return Fail(err, Status::Invalid("this build has no executor: configure with -DGPIPE_WITH_TORCH=ON (scripts/setup.sh)"));
+    return Fail(err, "profile", Status::Invalid(kNoExecutor));
 #else
     executor::ProfileSettings settings;
     settings.microbatch_sizes = sizes_;
@@ -52,7 +52,7 @@ class ProfileCommand : public Command {
     settings.threads = threads_;
     settings.device_name = device_;
     if (device_ == "cuda") {
-      if (!torch::cuda::is_available()) return Fail(err, Status::Invalid("--device cuda: no usable GPU here; use --device cpu"));
+      if (!torch::cuda::is_available()) return Fail(err, "profile", Status::Invalid("--device cuda: no usable GPU here; use --device cpu"));
       settings.device = torch::Device(torch::kCUDA, 0);
     }
     settings.progress = [&err](int done, int total, const std::string& what) {
@@ -62,10 +62,10 @@ class ProfileCommand : public Command {
           << std::flush;
     };
     Expected<std::vector<executor::SizeMeasurement>> sizes = executor::MeasureModel(*model, settings);
-    if (!sizes.ok()) return Fail(err, sizes.status());
+    if (!sizes.ok()) return Fail(err, "profile", sizes.status());
     const Profile profile = executor::ProfileFromMeasurements(*model, settings, *sizes);
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
-    if (!written.ok()) return Fail(err, written);
+    if (!written.ok()) return Fail(err, "profile", written);
     for (const executor::SizeMeasurement& size : *sizes) Summary(size, out);
     out << "profile written to " << output_path_ << "\n";
     return kExitOk;
@@ -110,11 +110,6 @@ class ProfileCommand : public Command {
                    100 * (sum - size.whole_model.median_ms) / size.whole_model.median_ms);
   }
 #endif
-
-  static int Fail(std::ostream& err, const Status& status) {
-    err << "gpipe-plan profile: " << status.message() << "\n";
-    return kExitFailure;
-  }
 
   std::string model_path_, output_path_, device_ = "cpu";
   std::vector<int64_t> sizes_ = {8};

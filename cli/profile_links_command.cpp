@@ -1,7 +1,5 @@
 // gpipe-plan profile-links -o CLUSTER.json: measure latency and bandwidth between ranks over the
 // executor's own wire and write a cluster file. Like `run`, it launches its ranks unless it is one.
-#include <unistd.h>
-
 #include <ostream>
 
 #include "cli/commands.h"
@@ -40,17 +38,17 @@ class ProfileLinksCommand : public Command {
   int Run(std::ostream& out, std::ostream& err) override {
 #ifndef GPIPE_WITH_TORCH
     (void)out;
-    return Fail(err, Status::Invalid("this build has no executor: configure with -DGPIPE_WITH_TORCH=ON (scripts/setup.sh)"));
+    return Fail(err, "profile-links", Status::Invalid(kNoExecutor));
 #else
     Expected<std::optional<executor::WorkerEnv>> worker = executor::WorkerEnvFrom(executor::EnvironmentMap());
-    if (!worker.ok()) return Fail(err, worker.status());
+    if (!worker.ok()) return Fail(err, "profile-links", worker.status());
     if (!worker->has_value()) return Launch(err);
     executor::LinkProbeSettings settings;
     settings.repeats = repeats_;
     settings.device = device_;
     settings.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
     auto result = executor::ProbeLinks(**worker, settings);
-    if (!result.ok()) return Fail(err, result.status());
+    if (!result.ok()) return Fail(err, "profile-links", result.status());
     if (!result->has_value()) return kExitOk;
     const auto& [cluster, fits] = **result;
     nlohmann::json json = ClusterToJson(cluster);
@@ -59,7 +57,7 @@ class ProfileLinksCommand : public Command {
                      "), fitted as latency + bytes / bandwidth per ordered pair; device memory: " +
                      (device_ == "cuda" ? "the GPU's total memory" : "this machine's memory shared by its ranks");
     const Status written = WriteFileAtomically(output_path_, json.dump(1) + "\n");
-    if (!written.ok()) return Fail(err, written);
+    if (!written.ok()) return Fail(err, "profile-links", written);
     out << Pad("link", 10) << Pad("latency", 12) << Pad("bandwidth", 14) << "one-way times (bytes: ms)\n";
     for (const auto& f : fits) {
       out << Pad(std::to_string(f.from) + " -> " + std::to_string(f.to), 10) << Pad(Sprintf("%.4f ms", f.link.latency_ms), 12)
@@ -81,22 +79,17 @@ class ProfileLinksCommand : public Command {
     launch.node_rank = node_rank_;
     launch.world_size = ranks_;
     if (ranks_ % nnodes_ != 0 || node_rank_ >= nnodes_) {
-      return Fail(err, Status::Invalid("--ranks " + std::to_string(ranks_) + " must split evenly over --nnodes " +
+      return Fail(err, "profile-links", Status::Invalid("--ranks " + std::to_string(ranks_) + " must split evenly over --nnodes " +
                                        std::to_string(nnodes_) + ", and --node-rank be below it"));
     }
     launch.master_addr = master_addr_;
-    launch.master_port = master_port_ > 0 ? master_port_ : 29000 + static_cast<int>(getpid() % 2000);
+    launch.master_port = master_port_ > 0 ? master_port_ : executor::FreeLoopbackPort();
     launch.argv = {executor::SelfExecutable(), "profile-links", "-o", output_path_,
                    "--ranks", std::to_string(ranks_), "--device", device_, "--repeats", std::to_string(repeats_),
                    "--timeout", Format("%g", timeout_s_)};
     return executor::LaunchRanks(launch, err) == 0 ? kExitOk : kExitFailure;
   }
 #endif
-
-  static int Fail(std::ostream& err, const Status& status) {
-    err << "gpipe-plan profile-links: " << status.message() << "\n";
-    return kExitFailure;
-  }
 
   std::string output_path_, device_ = "cpu", master_addr_ = "127.0.0.1";
   int ranks_ = 2, repeats_ = 20, nnodes_ = 1, node_rank_ = 0, master_port_ = 0;

@@ -1,10 +1,6 @@
 // gpipe-plan run PLAN.json --model MODEL: train a model on a plan for real. Without RANK/WORLD_SIZE
 // (or SLURM's variables) in the environment it is the launcher: it starts this node's ranks as
 // processes of this same binary, which find those variables and train. Rank 0 writes the record.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <map>
 #include <ostream>
@@ -28,23 +24,6 @@ namespace gpipe::cli {
 namespace {
 
 #ifdef GPIPE_WITH_TORCH
-// A free TCP port on loopback, for a single-node job that was not given one.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 29500;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 #endif
 
@@ -81,17 +60,16 @@ class RunCommand : public Command {
 
   int Run(std::ostream& out, std::ostream& err) override {
     Expected<Plan> plan = LoadPlan(plan_path_);
-    if (!plan.ok()) return Fail(err, plan.status());
+    if (!plan.ok()) return Fail(err, "run", plan.status());
     Expected<ModelSpec> model = LoadModel(model_path_);
-    if (!model.ok()) return Fail(err, model.status());
+    if (!model.ok()) return Fail(err, "run", model.status());
     if (checkpoint_every_ > 0 && checkpoint_dir_.empty()) {
-      return Fail(err, Status::Invalid("--checkpoint-every needs --checkpoint-dir"));
+      return Fail(err, "run", Status::Invalid("--checkpoint-every needs --checkpoint-dir"));
     }
-    if (resume_ && checkpoint_dir_.empty()) return Fail(err, Status::Invalid("--resume needs --checkpoint-dir"));
+    if (resume_ && checkpoint_dir_.empty()) return Fail(err, "run", Status::Invalid("--resume needs --checkpoint-dir"));
 #ifndef GPIPE_WITH_TORCH
     (void)out;
-    return Fail(err, Status::Invalid("this build has no executor: configure with -DGPIPE_WITH_TORCH=ON and "
-                                     "CMAKE_PREFIX_PATH pointing at LibTorch (scripts/setup.sh does both)"));
+    return Fail(err, "run", Status::Invalid(kNoExecutor));
 #else
     executor::RunSettings settings;
     settings.steps = steps_;
@@ -103,14 +81,14 @@ class RunCommand : public Command {
     settings.resume = resume_;
     if (in_process_) {
       Expected<RunRecord> record = executor::TrainInProcess(*plan, *model, settings);
-      if (!record.ok()) return Fail(err, record.status());
+      if (!record.ok()) return Fail(err, "run", record.status());
       return Finish(*plan, *record, out, err);
     }
     Expected<std::optional<executor::WorkerEnv>> env = executor::WorkerEnvFrom(executor::EnvironmentMap());
-    if (!env.ok()) return Fail(err, env.status());
+    if (!env.ok()) return Fail(err, "run", env.status());
     if (env->has_value()) {
       Expected<std::optional<RunRecord>> record = executor::RunWorker(*plan, *model, **env, settings, out);
-      if (!record.ok()) return Fail(err, record.status());
+      if (!record.ok()) return Fail(err, "run", record.status());
       return record->has_value() ? Finish(*plan, **record, out, err) : kExitOk;
     }
     return Launch(*plan, *model, err);
@@ -120,26 +98,26 @@ class RunCommand : public Command {
  private:
 #ifdef GPIPE_WITH_TORCH
   int Launch(const Plan& plan, const ModelSpec& model, std::ostream& err) {
-    const Status runnable = executor::CheckRunnable(plan, model, 0);
-    if (!runnable.ok()) return Fail(err, runnable);
+    const Expected<Schedule> runnable = executor::CheckRunnable(plan, model, 0);
+    if (!runnable.ok()) return Fail(err, "run", runnable.status());
     executor::LaunchOptions launch;
     launch.nnodes = nnodes_;
     launch.node_rank = node_rank_;
     launch.world_size = plan.num_ranks() * plan.replicas;
     if (launch.world_size % nnodes_ != 0) {
-      return Fail(err, Status::Invalid("--nnodes " + std::to_string(nnodes_) + " does not divide the plan's " +
+      return Fail(err, "run", Status::Invalid("--nnodes " + std::to_string(nnodes_) + " does not divide the plan's " +
                                        std::to_string(launch.world_size) + " ranks (K x D)"));
     }
     if (node_rank_ >= nnodes_) {
-      return Fail(err, Status::Invalid("--node-rank " + std::to_string(node_rank_) + " must be below --nnodes " +
+      return Fail(err, "run", Status::Invalid("--node-rank " + std::to_string(node_rank_) + " must be below --nnodes " +
                                        std::to_string(nnodes_)));
     }
     if (nnodes_ > 1 && master_port_ == 0) {
-      return Fail(err, Status::Invalid("--nnodes " + std::to_string(nnodes_) +
+      return Fail(err, "run", Status::Invalid("--nnodes " + std::to_string(nnodes_) +
                                        ": give every launcher the same --master-addr and --master-port"));
     }
     launch.master_addr = master_addr_;
-    launch.master_port = master_port_ > 0 ? master_port_ : FreePort();
+    launch.master_port = master_port_ > 0 ? master_port_ : executor::FreeLoopbackPort();
     if (master_addr_ != "127.0.0.1" && master_addr_ != "localhost") {
       err << "gpipe-plan run: the rendezvous is on " << master_addr_ << ":" << launch.master_port
           << ", reachable from other machines (the default is loopback only)\n";
@@ -169,13 +147,13 @@ class RunCommand : public Command {
     record.plan = plan_path_;
     if (!record_path_.empty()) {
       const Status written = WriteFileAtomically(record_path_, RunRecordToJson(record).dump(1) + "\n");
-      if (!written.ok()) return Fail(err, written);
+      if (!written.ok()) return Fail(err, "run", written);
     }
     if (pictures_.any() && !record.steps.empty()) {
       const int step = record.steps.back().step;
       const Status written =
           pictures_.Write(TimelineFromRecord(record, step, PlanTitle(plan, "measured (step " + std::to_string(step + 1) + ")")));
-      if (!written.ok()) return Fail(err, written);
+      if (!written.ok()) return Fail(err, "run", written);
     }
     out << Sprintf("%s: %zu steps, loss %.4f -> %.4f, %.1f samples/s (steps after the first), %s\n",
                   record.model.c_str(), record.steps.size(), record.steps.empty() ? 0.0 : record.steps.front().loss,
@@ -189,11 +167,6 @@ class RunCommand : public Command {
     }
     if (!record_path_.empty()) out << "record written to " << record_path_ << "\n";
     return kExitOk;
-  }
-
-  static int Fail(std::ostream& err, const Status& status) {
-    err << "gpipe-plan run: " << status.message() << "\n";
-    return kExitFailure;
   }
 
   std::string plan_path_, model_path_, record_path_, device_ = "cpu", checkpoint_dir_, master_addr_ = "127.0.0.1";

@@ -30,17 +30,17 @@ class SimulateCommand : public Command {
 
   int Run(std::ostream& out, std::ostream& err) override {
     Expected<Plan> plan = LoadPlan(plan_path_);
-    if (!plan.ok()) return Fail(err, plan.status());
+    if (!plan.ok()) return Fail(err, "simulate", plan.status());
     Expected<Schedule> schedule = BuildSchedule(*plan);
-    if (!schedule.ok()) return Fail(err, schedule.status().WithContext(plan_path_));
+    if (!schedule.ok()) return Fail(err, "simulate", schedule.status().WithContext(plan_path_));
     Expected<CostModel> costs = BuildCostModel(*plan);
-    if (!costs.ok()) return Fail(err, costs.status().WithContext(plan_path_));
+    if (!costs.ok()) return Fail(err, "simulate", costs.status().WithContext(plan_path_));
     SimOptions options;
     options.record_timeline = pictures_.any();
     Expected<SimResult> result = Simulate(*schedule, *costs, options);
-    if (!result.ok()) return Fail(err, result.status());
+    if (!result.ok()) return Fail(err, "simulate", result.status());
     const Status written = pictures_.Write(TimelineFromSim(*result, PlanTitle(*plan, "simulated")));
-    if (!written.ok()) return Fail(err, written);
+    if (!written.ok()) return Fail(err, "simulate", written);
     if (json_) {
       out << SimResultToJson(*plan, *result).dump(2) << "\n";
     } else {
@@ -55,11 +55,6 @@ class SimulateCommand : public Command {
   }
 
  private:
-  static int Fail(std::ostream& err, const Status& status) {
-    err << "gpipe-plan simulate: " << status.message() << "\n";
-    return kExitFailure;
-  }
-
   std::string plan_path_;
   PictureFlags pictures_;
   bool json_ = false;

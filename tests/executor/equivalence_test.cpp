@@ -64,6 +64,18 @@ void ExpectSameParameters(const Plan& plan, const std::vector<RankOutcome>& outc
   }
 }
 
+// Trains `plan` for kSteps over the in-process wire and checks every rank's parameters against
+// one process on the whole batch.
+void ExpectMatchesOneProcess(const Plan& plan, const ModelSpec& model, double atol) {
+  RunSettings settings;
+  settings.steps = kSteps;
+  std::vector<RankOutcome> outcomes;
+  Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
+  ASSERT_TRUE(record.ok()) << record.status().message();
+  ASSERT_EQ(record->steps.size(), static_cast<size_t>(kSteps));
+  ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), atol);
+}
+
 using Case = std::tuple<ScheduleKind, int, int, bool>;  // schedule, K, M, remat
 
 class EquivalenceTest : public ::testing::TestWithParam<Case> {};
@@ -74,14 +86,9 @@ TEST_P(EquivalenceTest, ParametersMatchOneProcessOnTheWholeBatch) {
   const ModelSpec model = TinyGpt(/*blocks=*/6);
   const Plan plan = EvenPlan(model.num_layers(), schedule, ranks, chunks, microbatches, /*replicas=*/1,
                              /*global_batch=*/8, remat, Optimizer::kSgd);
-  if (!BuildSchedule(plan).ok()) GTEST_SKIP() << BuildSchedule(plan).status().message();
-  RunSettings settings;
-  settings.steps = kSteps;
-  std::vector<RankOutcome> outcomes;
-  Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
-  ASSERT_TRUE(record.ok()) << record.status().message();
-  ASSERT_EQ(record->steps.size(), static_cast<size_t>(kSteps));
-  ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), 2e-6);
+  const Expected<Schedule> shape = BuildSchedule(plan);
+  if (!shape.ok()) GTEST_SKIP() << shape.status().message();
+  ExpectMatchesOneProcess(plan, model, 2e-6);
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
@@ -106,12 +113,7 @@ TEST(EquivalenceTest, ReplicasMatchOneProcess) {
       Plan plan = EvenPlan(model.num_layers(), schedule, 2, 1, 4, /*replicas=*/2, /*global_batch=*/16, false,
                            Optimizer::kMomentum);
       plan.placement = placement;
-      RunSettings settings;
-      settings.steps = kSteps;
-      std::vector<RankOutcome> outcomes;
-      Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
-      ASSERT_TRUE(record.ok()) << record.status().message();
-      ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), 2e-6);
+      ExpectMatchesOneProcess(plan, model, 2e-6);
     }
   }
 }
@@ -123,12 +125,7 @@ TEST(EquivalenceTest, AdamMatchesOneProcessWithinATenthOfAStep) {
   const double lr = 1e-3;
   const ModelSpec model = TinyGpt(/*blocks=*/2, lr);
   const Plan plan = EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 2, 1, 4, 1, 8, false, Optimizer::kAdam);
-  RunSettings settings;
-  settings.steps = kSteps;
-  std::vector<RankOutcome> outcomes;
-  Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
-  ASSERT_TRUE(record.ok()) << record.status().message();
-  ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), 0.1 * lr);
+  ExpectMatchesOneProcess(plan, model, 0.1 * lr);
 }
 
 // Images through convolutions (no batch norm: its statistics are per micro-batch, the known
@@ -157,12 +154,7 @@ TEST(EquivalenceTest, ConvolutionsOnImagesMatchOneProcess) {
                   layer(LayerType::kMaxPool2d, 0, 2), layer(LayerType::kConv2d, 8, 8),
                   layer(LayerType::kGlobalAvgPool, 0, 3), layer(LayerType::kLinear, 8, 4)};
   const Plan plan = EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 3, 1, 4, 1, 8, true, Optimizer::kSgd);
-  RunSettings settings;
-  settings.steps = kSteps;
-  std::vector<RankOutcome> outcomes;
-  Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
-  ASSERT_TRUE(record.ok()) << record.status().message();
-  ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), 2e-6);
+  ExpectMatchesOneProcess(plan, model, 2e-6);
 }
 
 // The loss a pipelined run reports is the whole batch's mean loss.
