@@ -1,8 +1,9 @@
 // How fast the planner runs.
 //   build/bench/planner_bench --benchmark_filter=Exact       # one (K, M, schedule), shipped GPT-3 13B
 //   build/bench/planner_bench --benchmark_filter=Layers      # growth with the number of layers
-//   build/bench/planner_bench --benchmark_filter=FullSearch  # every dimension: 8 and 32 A100s, and a
-//                                                            # 1,024-layer model on 64 devices
+//   build/bench/planner_bench --benchmark_filter=FullSearch  # every dimension: 8 and 32 A100s, a
+//                                                            # 1,024-layer model on 64 devices, and
+//                                                            # growth with layers and devices
 // Counters: nodes of the branch and bound, and proven = 1 when it finished within its budget.
 #include <benchmark/benchmark.h>
 
@@ -89,13 +90,14 @@ BENCHMARK(BM_Layers1F1B)
     ->Args({8, 32, 64})->Args({8, 32, 128})->Args({8, 32, 256})->Args({8, 32, 512})->Args({8, 32, 1024})
     ->Unit(benchmark::kMillisecond)->Iterations(1);
 
-void FullSearch(benchmark::State& state, const Cluster& cluster, const Profile& profile = Gpt3()) {
+void FullSearch(benchmark::State& state, const Cluster& cluster, const Profile& profile = Gpt3(),
+                int64_t max_nodes = 0) {
   SearchRequest request;
   request.profile = profile;
   request.cluster = cluster;
   request.global_batch = 512;
   request.optimizer = Optimizer::kAdamMixed;
-  request.max_nodes = state.range(0);
+  request.max_nodes = max_nodes > 0 ? max_nodes : state.range(0);
   SearchResult last;
   for (auto _ : state) last = *SearchPlans(request);
   state.counters["configurations"] = static_cast<double>(last.configurations);
@@ -106,7 +108,7 @@ void FullSearch(benchmark::State& state, const Cluster& cluster, const Profile& 
 void BM_FullSearch8(benchmark::State& state) { FullSearch(state, Cluster8()); }
 void BM_FullSearch32(benchmark::State& state) { FullSearch(state, Cluster32()); }
 BENCHMARK(BM_FullSearch8)->Arg(20'000)->Arg(200'000)->Unit(benchmark::kMillisecond)->Iterations(1);
-BENCHMARK(BM_FullSearch32)->Arg(20'000)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_FullSearch32)->Arg(20'000)->Arg(200'000)->Unit(benchmark::kMillisecond)->Iterations(1);
 // The target case: a 1,024-layer GPT-like profile on 64 devices (8 nodes of 8).
 void BM_FullSearchDeep64(benchmark::State& state) {
   Cluster cluster = Cluster32();
@@ -114,7 +116,20 @@ void BM_FullSearchDeep64(benchmark::State& state) {
   static const Profile deep = Deep(1024);
   FullSearch(state, cluster, deep);
 }
-BENCHMARK(BM_FullSearchDeep64)->Arg(2'000)->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK(BM_FullSearchDeep64)->Arg(2'000)->Arg(200'000)->Unit(benchmark::kMillisecond)->Iterations(1);
+
+// Growth: the full search (default budget) over GPT-like profiles of `layers` layers on
+// `devices` A100s in nodes of 8.
+void BM_FullSearchGrowth(benchmark::State& state) {
+  Cluster cluster = Cluster32();
+  cluster.devices = static_cast<int>(state.range(1));
+  const Profile profile = Deep(static_cast<int>(state.range(0)));
+  state.SetLabel(std::to_string(state.range(0)) + " layers, " + std::to_string(state.range(1)) + " devices");
+  FullSearch(state, cluster, profile, 200'000);
+}
+BENCHMARK(BM_FullSearchGrowth)
+    ->ArgsProduct({{64, 256, 1024}, {8, 16, 32, 64}})
+    ->Unit(benchmark::kMillisecond)->Iterations(1);
 
 }  // namespace
 }  // namespace gpipe

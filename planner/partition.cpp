@@ -24,6 +24,40 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // tie it (bounds use prefix sums, which round differently from the exact stage sums).
 constexpr double kTieFraction = 1e-12;
 
+// The largest x in [lo, hi] with fits(x), for `fits` true up to some point and false after it;
+// lo - 1 when fits(lo) is false. Gallops out from `guess`, so a close guess costs a few calls.
+template <typename Fits>
+int LargestTrue(int lo, int hi, int guess, const Fits& fits) {
+  guess = std::clamp(guess, lo, hi);
+  int below = lo - 1, above = hi + 1;  // fits(below) holds (or below < lo); fits(above) does not
+  if (fits(guess)) {
+    below = guess;
+    for (int step = 1; below < hi; step *= 2) {
+      const int x = std::min(hi, guess + step);
+      if (!fits(x)) {
+        above = x;
+        break;
+      }
+      below = x;
+    }
+  } else {
+    above = guess;
+    for (int step = 1; above > lo; step *= 2) {
+      const int x = std::max(lo, guess - step);
+      if (fits(x)) {
+        below = x;
+        break;
+      }
+      above = x;
+    }
+  }
+  while (above - below > 1) {
+    const int mid = below + (above - below) / 2;
+    if (fits(mid)) below = mid; else above = mid;
+  }
+  return below;
+}
+
 constexpr NameTable<RematPolicy, 3> kRematNames = {{
     {RematPolicy::kOff, "off"}, {RematPolicy::kOn, "on"}, {RematPolicy::kAuto, "auto"}}};
 
@@ -31,8 +65,8 @@ constexpr NameTable<RematPolicy, 3> kRematNames = {{
 // in replicas, placement or memory: the step evaluator and the ranks' memory frontiers.
 struct ShapeData {
   std::unique_ptr<StepEvaluator> evaluator;
-  // frontiers[rank][remat mask], built when first needed.
-  std::vector<std::vector<std::unique_ptr<MemoryFrontier>>> frontiers;
+  // frontiers[rank], built when first needed.
+  std::vector<std::unique_ptr<MemoryFrontier>> frontiers;
 };
 
 // The ShapeData of `problem`'s shape, from a small cache (the planner asks for the same shapes
@@ -52,7 +86,6 @@ ShapeData& ShapeFor(const PartitionProblem& problem) {
         *GenerateSchedule(problem.schedule, problem.ranks, problem.ranks * problem.chunks, problem.microbatches);
     entry->evaluator = std::make_unique<StepEvaluator>(AddCommunication(compute));
     entry->frontiers.resize(problem.ranks);
-    for (auto& row : entry->frontiers) row.resize(1 << problem.chunks);
   }
   return *entry;
 }
@@ -115,6 +148,52 @@ class Search {
     return lo;
   }
 
+  // REQUIRES: as Run, and one stage per rank.
+  LeastMemoryResult LeastMemory() {
+    shape_ = &ShapeFor(p_);
+    evaluator_ = shape_->evaluator.get();
+    const int ranks = p_.ranks;
+    // need[q][a]: the least largest peak of ranks q.. holding layers [a, L); end/remat: the
+    // stage of rank q that achieves it.
+    std::vector<std::vector<double>> need(ranks + 1, std::vector<double>(layers_ + 1, kInfinity));
+    std::vector<std::vector<int>> end(ranks, std::vector<int>(layers_ + 1, -1));
+    std::vector<std::vector<char>> remat(ranks, std::vector<char>(layers_ + 1, 0));
+    need[ranks][layers_] = 0;
+    for (int q = ranks - 1; q >= 0; --q) {
+      const int max_end = layers_ - (ranks - 1 - q);
+      for (int a = q; a < max_end; ++a) {
+        LayerTable::StageBuilder builder(table_, a);
+        for (int e = a + 1; e <= max_end; ++e) {
+          builder.Extend();
+          if (q == ranks - 1 && e < layers_) continue;
+          // Parameters only grow with the stage: once they alone reach the best, stop.
+          if (table_.StaticBytes(a, e) * (1 - 1e-12) >= need[q][a]) break;
+          const double rest = need[q + 1][e];
+          if (rest >= need[q][a]) continue;
+          for (bool with_remat : {false, true}) {
+            if (with_remat ? p_.remat == RematPolicy::kOff : p_.remat == RematPolicy::kOn) continue;
+            const StageCost c = builder.Cost(with_remat);
+            const StageCost* const only = &c;
+            const double peak = std::max(rest, c.static_bytes + Peak(q, &only));
+            if (peak < need[q][a]) {
+              need[q][a] = peak;
+              end[q][a] = e;
+              remat[q][a] = with_remat;
+            }
+          }
+        }
+      }
+    }
+    LeastMemoryResult out;
+    out.plan = skeleton_;
+    out.peak_bytes = need[0][0];
+    for (int q = 0, a = 0; q < ranks; ++q) {
+      out.plan.stages.push_back({a, end[q][a], q, static_cast<bool>(remat[q][a])});
+      a = end[q][a];
+    }
+    return out;
+  }
+
   // REQUIRES: the problem passed CheckProblem and its schedule generates.
   PartitionResult Run() {
     shape_ = &ShapeFor(p_);
@@ -127,7 +206,7 @@ class Search {
       SeedInterleaved();
       InterleavedDfs(0, 0);
     }
-    result_.proven_optimal = result_.nodes < p_.max_nodes;
+    result_.proven_optimal = !OutOfBudget();
     return std::move(result_);
   }
 
@@ -137,20 +216,16 @@ class Search {
   double Limit() const { return p_.memory_limit_bytes; }
   int Device(int replica, int rank) const { return DeviceOf(p_.placement, p_.ranks, p_.replicas, replica, rank); }
   double Cutoff() const { return best_ * (1.0 - kTieFraction); }
+  // Once the budget is spent, every loop stops: the result is the best plan so far.
+  bool OutOfBudget() const { return result_.nodes >= p_.max_nodes; }
   double AllReduceMs(int rank, double param_bytes) const {
     return p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0;
   }
-  const MemoryFrontier& Frontier(int rank, int mask) const {
-    std::unique_ptr<MemoryFrontier>& frontier = shape_->frontiers[rank][mask];
-    if (!frontier) {
-      std::vector<bool> remat(p_.chunks);
-      for (int c = 0; c < p_.chunks; ++c) remat[c] = (mask >> c) & 1;
-      frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank, remat);
-    }
-    return *frontier;
-  }
-  double Peak(int rank, int mask, const std::vector<const StageCost*>& costs) const {
-    return Frontier(rank, mask).PeakDynamicBytes(costs);
+  // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
+  double Peak(int rank, const StageCost* const* costs) const {
+    std::unique_ptr<MemoryFrontier>& frontier = shape_->frontiers[rank];
+    if (!frontier) frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank);
+    return frontier->PeakDynamicBytes(costs);
   }
 
   // Simulates a complete partition and keeps it when it is the best so far.
@@ -186,7 +261,8 @@ class Search {
     for (bool remat : {false, true}) {
       if (remat ? p_.remat == RematPolicy::kOff : p_.remat == RematPolicy::kOn) continue;
       StageCost c = builder.Cost(remat);
-      if (c.static_bytes + Peak(q, remat ? 1 : 0, {&c}) <= Limit()) return c;
+      const StageCost* const only = &c;
+      if (c.static_bytes + Peak(q, &only) <= Limit()) return c;
     }
     return std::nullopt;
   }
@@ -236,26 +312,27 @@ class Search {
     return StageBound(q, c, head, tail, table_.ParamBytes(a, e));
   }
 
+  // M x the work of layers [a, L) over the ranks from q on: the busiest of them has at least it.
+  double RemainderAverage(int q, int a) const {
+    return p_.microbatches * (table_.ForwardMs(a, layers_) + table_.BackwardMs(a, layers_)) / (p_.ranks - q);
+  }
+
   // Can ranks q.. cover layers [a, L) with every relaxed bound below `cutoff`? Greedy: each
   // rank takes as many layers as it can (exact for this relaxation: a bound never rises when a
   // stage starts later or ends earlier). Fills `ends` with the greedy's boundaries.
   bool RemainderFits(int q, int a, double head, double tail, double cutoff, std::vector<int>* ends) const {
     const int first = a;  // every boundary still to place lies in [first, L - 1)
     for (; q < p_.ranks; ++q) {
+      if (RemainderAverage(q, a) >= cutoff) return false;
       const int last_end = layers_ - (p_.ranks - 1 - q);
       if (a >= last_end) return false;
-      int lo = a + 1, hi = last_end, best = -1;
-      if (q == p_.ranks - 1) lo = hi;
-      while (lo <= hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (RelaxedBound(q, a, mid, head, tail) < cutoff) {
-          best = mid;
-          lo = mid + 1;
-        } else {
-          hi = mid - 1;
-        }
-      }
-      if (best < 0) return false;
+      const int lo = q == p_.ranks - 1 ? last_end : a + 1;
+      // Start from this rank's length in the last greedy (the search asks about neighbouring
+      // boundaries one after another), else from an even share of what is left.
+      const int guess = a + (greedy_length_[q] > 0 ? greedy_length_[q] : (layers_ - a) / (p_.ranks - q));
+      const int best = LargestTrue(lo, last_end, guess, [&](int e) { return RelaxedBound(q, a, e, head, tail) < cutoff; });
+      if (best < lo) return false;
+      greedy_length_[q] = best - a;
       if (ends != nullptr) (*ends)[q] = best;
       if (q + 1 < p_.ranks) {
         const double message = min_output_from_[first];
@@ -296,13 +373,16 @@ class Search {
   }
 
   void Dfs(int q, int a, double head, double tail, double bound) {
-    if (++result_.nodes >= p_.max_nodes) return;
+    if (++result_.nodes > p_.max_nodes) return;
     const bool last = q == p_.ranks - 1;
     const int max_end = layers_ - (p_.ranks - 1 - q);
     LayerTable::StageBuilder builder(table_, a);
-    for (int e = a + 1; e <= max_end; ++e) {
+    for (int e = a + 1; e <= max_end && !OutOfBudget(); ++e) {
       builder.Extend();
       if (last && e < max_end) continue;
+      // The ranks after q share at least the work of layers [e, L): too much of it, and a
+      // longer stage is needed (exact: RemainderFits would refuse it too, at more cost).
+      if (!last && RemainderAverage(q + 1, e) >= Cutoff()) continue;
       const std::optional<StageCost> c = Fit(q, builder);
       if (!c) {
         // Memory only grows with the stage (up to its small buffers): stop once even the
@@ -361,13 +441,13 @@ class Search {
   // some moment (stashed, or recomputed under remat), so a rank whose placed chunks already
   // exceed the limit that way is abandoned.
   void InterleavedDfs(int s, int a) {
-    if (++result_.nodes >= p_.max_nodes) return;
+    if (++result_.nodes > p_.max_nodes) return;
     const int rank = s % p_.ranks;
     const bool last = s == stages_ - 1;
     const int max_end = layers_ - (stages_ - 1 - s);
     const double m = p_.microbatches;
     const double average = m * (total_forward_ + total_backward_) / p_.ranks;
-    for (int e = a + 1; e <= max_end; ++e) {
+    for (int e = a + 1; e <= max_end && !OutOfBudget(); ++e) {
       if (last && e < max_end) continue;
       ends_[s] = e;
       const double work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
@@ -449,10 +529,11 @@ class Search {
         static_bytes += costs[c].static_bytes;
         pointers.push_back(&costs[c]);
       }
-      if (static_bytes + Peak(rank, mask, pointers) <= Limit()) fitting.push_back(mask);
+      if (static_bytes + Peak(rank, pointers.data()) <= Limit()) fitting.push_back(mask);
     }
     if (seed && !fitting.empty()) fitting.resize(1);
     for (int mask : fitting) {
+      if (OutOfBudget()) return;
       for (int c = 0; c < p_.chunks; ++c) remat_[c * p_.ranks + rank] = (mask >> c) & 1;
       if (seed) return;
       if (last) {
@@ -483,6 +564,8 @@ class Search {
   double total_input_gradient_ = 0;
   std::vector<int> ends_;
   std::vector<char> remat_;
+  // Each rank's stage length in the last RemainderFits (where its next call starts looking).
+  mutable std::vector<int> greedy_length_ = std::vector<int>(p_.ranks, 0);
   // Interleaved search state: work, static bytes and the largest chunk activation placed per
   // rank; the first round's forwards and backwards before each rank (head_[r], tail_[r]).
   std::vector<double> rank_work_ = std::vector<double>(p_.ranks, 0.0);
@@ -559,6 +642,14 @@ Status CheckProblem(const PartitionProblem& problem) {
 double PartitionLowerBound(const PartitionProblem& problem) {
   if (!CheckProblem(problem).ok()) return kInfinity;
   return Search(problem).RootBound();
+}
+
+Expected<LeastMemoryResult> LeastMemoryPartition(const PartitionProblem& problem) {
+  GPIPE_RETURN_IF_ERROR(CheckProblem(problem));
+  if (problem.chunks != 1) return Status::Invalid("the least-memory partition takes one stage per rank");
+  Expected<Schedule> compute = GenerateSchedule(problem.schedule, problem.ranks, problem.ranks, problem.microbatches);
+  if (!compute.ok()) return compute.status();
+  return Search(problem).LeastMemory();
 }
 
 Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {

@@ -63,6 +63,16 @@ struct PartitionResult {
   bool proven_optimal = true;
 };
 
+/// The partition (and per-stage remat, as `problem.remat` allows) whose largest per-rank memory
+/// peak is smallest, ignoring the memory limit and the step time: what the tightest budget
+/// must hold. `peak_bytes` gets that peak. One stage per rank only (not interleaved). Exact: a
+/// dynamic program over (rank, first layer) with the simulator's own peaks.
+struct LeastMemoryResult {
+  Plan plan;
+  double peak_bytes = 0;
+};
+Expected<LeastMemoryResult> LeastMemoryPartition(const PartitionProblem& problem);
+
 /// A lower bound on the step time of every plan of `problem` (infinity when none can fit even
 /// in the relaxation), cheap next to the search itself.
 double PartitionLowerBound(const PartitionProblem& problem);

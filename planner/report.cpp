@@ -128,8 +128,8 @@ std::string ExplainInfeasible(const SearchRequest& request) {
              " parameters, gradients and optimizer state, " + FormatBytes(rank.peak_activation_bytes) + " activations\n";
     }
   }
-  // The least memory any plan needs: as many stages as devices allow, remat everywhere, the
-  // smallest micro-batches, 1F1B; bisect the memory limit.
+  // The least memory any plan needs: as many stages as devices allow, micro-batches of one
+  // sample, 1F1B, remat wherever it saves memory; the partition with the smallest largest peak.
   PartitionProblem smallest;
   smallest.profile = &request.profile;
   smallest.cluster = &request.cluster;
@@ -138,21 +138,17 @@ std::string ExplainInfeasible(const SearchRequest& request) {
   smallest.microbatches = static_cast<int>(std::min<int64_t>(request.global_batch, 1 << 20));
   smallest.global_batch = request.global_batch;
   smallest.optimizer = request.optimizer;
-  smallest.remat = RematPolicy::kOn;
-  smallest.max_nodes = 20'000;
-  double lo = 0, hi = 1e18;
-  smallest.memory_limit_bytes = hi;
-  Expected<PartitionResult> any = FindBestPartition(smallest);
-  if (any.ok() && any->plan) {
-    for (int i = 0; i < 50; ++i) {
-      smallest.memory_limit_bytes = std::sqrt(std::max(lo, 1.0) * hi);
-      Expected<PartitionResult> r = FindBestPartition(smallest);
-      if (r.ok() && r->plan) hi = smallest.memory_limit_bytes; else lo = smallest.memory_limit_bytes;
-      if (hi / std::max(lo, 1.0) < 1.01) break;
-    }
+  smallest.remat = request.remat == RematPolicy::kOff ? RematPolicy::kOff : RematPolicy::kAuto;
+  Expected<LeastMemoryResult> least = LeastMemoryPartition(smallest);
+  if (least.ok()) {
+    int remat_stages = 0;
+    for (const StagePlan& stage : least->plan.stages) remat_stages += stage.remat ? 1 : 0;
     out += "The smallest plan (K=" + std::to_string(smallest.ranks) + " stages, M=" +
-           std::to_string(smallest.microbatches) + " micro-batches of one sample, remat on every stage, 1f1b) needs about " +
-           FormatBytes(hi) + " per device.\n";
+           std::to_string(smallest.microbatches) + " micro-batches of " +
+           std::to_string(request.global_batch / smallest.microbatches) + " sample" +
+           (request.global_batch / smallest.microbatches == 1 ? "" : "s") + ", remat on " +
+           std::to_string(remat_stages) + " of " + std::to_string(smallest.ranks) + " stages, 1f1b) needs " +
+           FormatBytes(least->peak_bytes) + " per device.\n";
   }
   out += "What would help: more devices (more stages share the parameters), remat (--remat auto or on), more "
          "micro-batches (a smaller micro-batch keeps fewer activations), or an optimizer with less state "

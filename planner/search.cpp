@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <queue>
 #include <string>
 
 #include "core/schedule/validate.h"
@@ -172,9 +173,21 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     forward += layer.forward_ms;
     backward += layer.backward_ms;
   }
-  std::vector<std::pair<double, size_t>> order;
-  for (size_t i = 0; i < problems.size(); ++i) order.emplace_back(CheapBound(problems[i], forward, backward), i);
-  std::sort(order.begin(), order.end());
+  // Best-first over the configurations: each is queued under its cheap bound; popped, it gets
+  // its partition's lower bound and is queued again under that; popped again, it is searched.
+  // Both keys are lower bounds, so the configurations most likely to win are searched first (the
+  // best plan found early prunes the rest), and once the smallest key reaches what the
+  // alternatives allow, nothing left can matter.
+  struct Entry {
+    double bound;
+    bool partition_bound;  // the key is PartitionLowerBound, not CheapBound
+    size_t index;
+    bool operator>(const Entry& other) const {
+      return bound != other.bound ? bound > other.bound : index > other.index;
+    }
+  };
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
+  for (size_t i = 0; i < problems.size(); ++i) queue.push({CheapBound(problems[i], forward, backward), false, i});
 
   SearchResult out;
   out.configurations = problems.size();
@@ -189,22 +202,23 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     return Status::Ok();
   };
   auto last_report = std::chrono::steady_clock::now();
-  for (size_t k = 0; k < order.size(); ++k) {
-    PartitionProblem& problem = problems[order[k].second];
+  while (!queue.empty()) {
+    const Entry entry = queue.top();
+    queue.pop();
+    PartitionProblem& problem = problems[entry.index];
     if (request.progress && std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(500)) {
-      request.progress(k, order.size(), best);
+      request.progress(problems.size() - queue.size() - 1, problems.size(), best);
       last_report = std::chrono::steady_clock::now();
     }
-    if (order[k].first >= best * kAlternatives) {
-      out.skipped_by_bound += order.size() - k;
+    if (entry.bound >= best * kAlternatives) {
+      out.skipped_by_bound += queue.size() + 1;
       break;
     }
-    const double bound = PartitionLowerBound(problem);
-    if (bound >= best * kAlternatives) {
-      ++out.skipped_by_bound;
+    if (!entry.partition_bound) {
+      queue.push({std::max(entry.bound, PartitionLowerBound(problem)), true, entry.index});
       continue;
     }
-    if (bound >= best) {
+    if (entry.bound >= best) {
       // It cannot win, but its first plan (the search's seed, one node) may trade speed for
       // memory: keep it for the alternatives.
       problem.max_nodes = 1;
@@ -228,7 +242,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
     GPIPE_RETURN_IF_ERROR(keep(*result));
   }
-  if (request.progress) request.progress(order.size(), order.size(), best);
+  if (request.progress) request.progress(problems.size(), problems.size(), best);
   found.erase(std::remove_if(found.begin(), found.end(),
                              [&](const Candidate& c) { return c.step_time_ms > best * kAlternatives; }),
               found.end());

@@ -2,9 +2,9 @@
 // interleaved 1F1B) and placements, the exact partition of each configuration (partition.h),
 // keeping the fastest plan that fits and the alternatives that trade step time for memory.
 //
-// Configurations are visited in order of a cheap lower bound on their step time; a configuration
-// whose bound cannot beat the best plan found is skipped, so the answer is the same as searching
-// every configuration, only sooner.
+// Configurations are visited best-first by a lower bound on their step time (a cheap one, then
+// the partition search's own root bound); a configuration whose bound cannot beat the best plan
+// found is skipped, so the answer is the same as searching every configuration, only sooner.
 #pragma once
 
 #include <cstdint>

@@ -109,7 +109,10 @@ MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<
 
 namespace gpipe {
 
-MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::vector<bool>& remat) {
+// Pricing replays the walk this many times before it builds the set of maximal vectors.
+constexpr int kWalksBeforeBuild = 8;
+
+MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   std::vector<int> slot(schedule.num_stages(), -1);
   for (int s = 0; s < schedule.num_stages(); ++s) {
     if (schedule.stage_rank[s] != rank) continue;
@@ -117,61 +120,102 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const std::ve
     stages_.push_back(s);
   }
   width_ = 4 * stages_.size();
-  std::vector<int> counts(width_, 0);
+  changes_.reserve(2 * schedule.ranks[rank].size());
   int in_flight = 0;
-  const auto apply = [&](const MemoryCounts& n, int at) {
-    counts[at + 0] += n.stash;
-    counts[at + 1] += n.recompute;
-    counts[at + 2] += n.gradient_buffers;
-    counts[at + 3] += n.input_buffers;
+  const auto record = [&](const MemoryCounts& n, int at) {
+    const int deltas[4] = {n.stash, n.recompute, n.gradient_buffers, n.input_buffers};
+    for (int k = 0; k < 4; ++k) {
+      if (deltas[k] != 0) changes_.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
+    }
     in_flight += n.in_flight;
     max_in_flight_ = std::max(max_in_flight_, in_flight);
   };
-  // The count vectors met right after an action's start (frees at an action's end never make a
-  // new peak), kept as the set of maximal ones (none is below another in every count), updated as
-  // they come: a rank's walk meets thousands of vectors but only a few are maximal.
+  for (const Action& a : schedule.ranks[rank]) {
+    const int i = slot[a.stage];
+    const SymbolicEffect e = SymbolicEffectOf(a, /*remat=*/true, ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
+    record(e.at_start, 4 * i);
+    // Frees at an action's end never make a new peak: only the counts after a start that grew.
+    // (Without remat a stage's recompute counts add nothing: the candidates are then more than
+    // needed, never fewer, and a falling count is only ever priced lower.)
+    const MemoryCounts& n = e.at_start;
+    if ((n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0) && !changes_.empty()) {
+      changes_.back().candidate = true;
+    }
+    record(e.at_end, 4 * i);
+  }
+  // A candidate followed by the next one with no count falling in between is covered by it.
+  bool fell = true;  // past the last candidate
+  for (size_t k = changes_.size(); k-- > 0;) {
+    if (changes_[k].candidate) {
+      if (!fell) changes_[k].candidate = false;
+      fell = false;
+    }
+    if (changes_[k].delta < 0) fell = true;
+  }
+}
+
+void MemoryFrontier::BuildVectors() const {
+  // The candidates' count vectors, kept as the set of maximal ones (none is below another in
+  // every count), updated as they come: a long walk meets thousands, few are maximal.
   const auto covers = [&](const int* big, const int* small) {
     for (size_t d = 0; d < width_; ++d) {
       if (big[d] < small[d]) return false;
     }
     return true;
   };
-  for (const Action& a : schedule.ranks[rank]) {
-    const int i = slot[a.stage];
-    const SymbolicEffect e = SymbolicEffectOf(a, remat[i], ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
-    apply(e.at_start, 4 * i);
-    const MemoryCounts& n = e.at_start;
-    const bool grew = n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0;
-    if (grew) {
-      bool covered = false;
-      for (size_t k = 0; k < vectors_.size() && !covered; k += width_) covered = covers(&vectors_[k], counts.data());
-      if (!covered) {
-        // Drop the kept vectors the new one covers, then keep it.
-        size_t out = 0;
-        for (size_t k = 0; k < vectors_.size(); k += width_) {
-          if (covers(counts.data(), &vectors_[k])) continue;
-          std::copy(vectors_.begin() + static_cast<std::ptrdiff_t>(k),
-                    vectors_.begin() + static_cast<std::ptrdiff_t>(k + width_),
-                    vectors_.begin() + static_cast<std::ptrdiff_t>(out));
-          out += width_;
-        }
-        vectors_.resize(out);
-        vectors_.insert(vectors_.end(), counts.begin(), counts.end());
-      }
+  std::vector<int> counts(width_, 0);
+  for (const Change& change : changes_) {
+    counts[change.index] += change.delta;
+    if (!change.candidate) continue;
+    bool covered = false;
+    for (size_t k = 0; k < vectors_.size() && !covered; k += width_) covered = covers(&vectors_[k], counts.data());
+    if (covered) continue;
+    // Drop the kept vectors the new one covers, then keep it.
+    size_t out = 0;
+    for (size_t k = 0; k < vectors_.size(); k += width_) {
+      if (covers(counts.data(), &vectors_[k])) continue;
+      std::copy(vectors_.begin() + static_cast<std::ptrdiff_t>(k),
+                vectors_.begin() + static_cast<std::ptrdiff_t>(k + width_),
+                vectors_.begin() + static_cast<std::ptrdiff_t>(out));
+      out += width_;
     }
-    apply(e.at_end, 4 * i);
+    vectors_.resize(out);
+    vectors_.insert(vectors_.end(), counts.begin(), counts.end());
   }
+  built_ = true;
 }
 
-double MemoryFrontier::PeakDynamicBytes(const std::vector<const StageCost*>& costs) const {
+size_t MemoryFrontier::size() const {
+  if (!built_) BuildVectors();
+  return vectors_.size() / width_;
+}
+
+double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
+  if (!built_ && ++walks_ > kWalksBeforeBuild) BuildVectors();
+  price_.resize(width_);
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const StageCost& c = *costs[i];
+    price_[4 * i + 0] = c.stash_bytes();
+    price_[4 * i + 1] = c.remat ? c.activation_bytes : 0.0;
+    price_[4 * i + 2] = c.output_bytes;
+    price_[4 * i + 3] = c.input_bytes;
+  }
   double best = 0;
+  if (!built_) {
+    // The same dot products as below, priced at each candidate, so both ways give the same bits.
+    counts_.assign(width_, 0);
+    for (const Change& change : changes_) {
+      counts_[change.index] += change.delta;
+      if (!change.candidate) continue;
+      double bytes = 0;
+      for (size_t d = 0; d < width_; ++d) bytes += counts_[d] * price_[d];
+      best = std::max(best, bytes);
+    }
+    return best;
+  }
   for (size_t k = 0; k < vectors_.size(); k += width_) {
     double bytes = 0;
-    for (size_t i = 0; i < stages_.size(); ++i) {
-      const StageCost& c = *costs[i];
-      const int* n = &vectors_[k + 4 * i];
-      bytes += n[0] * c.stash_bytes() + n[1] * c.activation_bytes + n[2] * c.output_bytes + n[3] * c.input_bytes;
-    }
+    for (size_t d = 0; d < width_; ++d) bytes += vectors_[k + d] * price_[d];
     best = std::max(best, bytes);
   }
   return best;

@@ -13,6 +13,7 @@
 // Static bytes (parameters, gradients, optimizer state) are held throughout.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "core/schedule/schedule.h"
@@ -71,27 +72,50 @@ struct MemoryPeak {
 /// The peak over rank `rank`'s actions: apply each action's start change, then its end change.
 MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages);
 
-/// A rank's peak as a function of its stages' bytes: the walk of RankMemoryPeak done once with
-/// counts instead of bytes, keeping the count vectors that can be the largest (none is below
-/// another in every count). Peak = static + max over the kept vectors of the dot product.
+/// A rank's peak as a function of its stages' bytes and remat: the walk of RankMemoryPeak done
+/// once with counts instead of bytes, every stage counted as if it rematerialized (a stage that
+/// does not prices its recomputed activations at zero, so one walk serves every remat choice).
+/// Peak = static + the largest dot product of a count vector met on the walk with the stages'
+/// byte counts. The first few prices replay the walk's changes; after that
+/// the vectors that can be the largest (none below another in every count) are kept and priced
+/// instead, so that a frontier priced only a few times (a long interleaved rank) costs little
+/// and one priced thousands of times (a search's stage) costs a handful of vectors each.
+/// Not thread-safe: pricing may build the set.
 class MemoryFrontier {
  public:
-  /// For rank `rank` of `schedule`, with remat[i] for the i-th stage on the rank (in stage order).
-  MemoryFrontier(const Schedule& schedule, int rank, const std::vector<bool>& remat);
+  MemoryFrontier(const Schedule& schedule, int rank);
 
   /// The stages on the rank, in stage order.
   const std::vector<int>& stages() const { return stages_; }
   int max_in_flight() const { return max_in_flight_; }
-  /// Activations and buffers at the peak, for `costs[i]` the i-th stage on the rank (static
-  /// bytes excluded).
-  double PeakDynamicBytes(const std::vector<const StageCost*>& costs) const;
-  size_t size() const { return vectors_.size() / width_; }
+  /// Activations and buffers at the peak, for `costs[i]` the i-th stage on the rank, with its
+  /// remat (static bytes excluded).
+  double PeakDynamicBytes(const std::vector<const StageCost*>& costs) const { return PeakDynamicBytes(costs.data()); }
+  /// The same, `costs` pointing at one pointer per stage on the rank.
+  double PeakDynamicBytes(const StageCost* const* costs) const;
+  /// The number of count vectors that can be the largest (builds the set).
+  size_t size() const;
 
  private:
+  // One change of one count (index 4 x slot + {stash, recompute, gradient buffer, input
+  // buffer}); `candidate`: the counts right after it may be the peak (an action's start grew
+  // them, and some count falls before the next such point).
+  struct Change {
+    int32_t index;
+    int16_t delta;
+    bool candidate;
+  };
+  void BuildVectors() const;
+
   std::vector<int> stages_;
   size_t width_ = 0;             // 4 counts per stage on the rank
-  std::vector<int> vectors_;     // size() vectors of width_ counts
+  std::vector<Change> changes_;  // the walk
   int max_in_flight_ = 0;
+  mutable int walks_ = 0;
+  mutable bool built_ = false;
+  mutable std::vector<int> vectors_;  // size() vectors of width_ counts, once built
+  mutable std::vector<double> price_;  // scratch: bytes per count
+  mutable std::vector<int> counts_;    // scratch: the walk's counts
 };
 
 /// Parameters, gradients and optimizer state of the stages on `rank`.

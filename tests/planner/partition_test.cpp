@@ -1,6 +1,7 @@
 // The partition search against brute force: on small random instances (heterogeneous layers,
 // tight memory, real links, replicas), every contiguous partition and every remat choice is
-// simulated with the real simulator, and the planner must find the best step time.
+// simulated with the real simulator, and the planner must find the best step time (and, for the
+// infeasible report, the partition of least memory).
 #include "planner/partition.h"
 
 #include <gtest/gtest.h>
@@ -52,6 +53,7 @@ struct BruteForce {
   double step = kInf;
   bool mixed_remat_best = false;   // the best has some stages with and some without remat
   double best_all_remat = kInf;    // best among plans that rematerialize every stage
+  double least_peak = kInf;        // the smallest largest rank peak of any plan, fitting or not
 };
 
 // Every composition of the layers into S stages, every remat vector.
@@ -75,7 +77,12 @@ BruteForce Enumerate(const Plan& skeleton, int ranks, int stages, double limit) 
         options.record_timeline = false;
         Expected<SimResult> r = Simulate(*schedule, *costs, options);
         bool fits = true;
-        for (const RankResult& rank : r->ranks) fits = fits && rank.peak_memory_bytes <= limit;
+        double peak = 0;
+        for (const RankResult& rank : r->ranks) {
+          fits = fits && rank.peak_memory_bytes <= limit;
+          peak = std::max(peak, rank.peak_memory_bytes);
+        }
+        out.least_peak = std::min(out.least_peak, peak);
         if (!fits) continue;
         const bool all = mask == (1 << stages) - 1;
         if (all) out.best_all_remat = std::min(out.best_all_remat, r->step_time_ms);
@@ -97,7 +104,7 @@ BruteForce Enumerate(const Plan& skeleton, int ranks, int stages, double limit) 
 
 TEST(Partition, MatchesBruteForceOnRandomInstances) {
   std::mt19937 rng(2024);
-  int compared = 0, feasible = 0, mixed_beats_all = 0, infeasible = 0;
+  int compared = 0, feasible = 0, mixed_beats_all = 0, infeasible = 0, least_memory_checked = 0;
   struct Shape {
     ScheduleKind kind;
     int ranks, chunks, replicas;
@@ -147,6 +154,17 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
                                   " trial " + std::to_string(trial);
         ++compared;
         EXPECT_TRUE(found->proven_optimal) << label;
+        if (shape.chunks == 1) {
+          // The least-memory partition: the smallest largest peak, and its plan really has it.
+          Expected<LeastMemoryResult> least = LeastMemoryPartition(problem);
+          ASSERT_TRUE(least.ok()) << least.status().message();
+          EXPECT_NEAR(least->peak_bytes, brute.least_peak, 1e-9 * brute.least_peak) << label;
+          Expected<SimResult> sim = Simulate(*BuildSchedule(least->plan), *BuildCostModel(least->plan));
+          double peak = 0;
+          for (const RankResult& rank : sim->ranks) peak = std::max(peak, rank.peak_memory_bytes);
+          EXPECT_NEAR(peak, least->peak_bytes, 1e-9 * peak) << label;
+          ++least_memory_checked;
+        }
         if (brute.step == kInf) {
           EXPECT_FALSE(found->plan.has_value()) << label;
           ++infeasible;
@@ -166,6 +184,7 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
   EXPECT_GT(feasible, 100);
   EXPECT_GT(infeasible, 0);        // tight memory really bites
   EXPECT_GT(mixed_beats_all, 10);  // and remat per stage beats remat everywhere
+  EXPECT_GT(least_memory_checked, 400);
   std::printf("compared %d instances: %d feasible, %d infeasible, %d where per-stage remat beat remat everywhere\n",
               compared, feasible, infeasible, mixed_beats_all);
 }

@@ -174,27 +174,28 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
         const int stages = ranks * chunks;
         Expected<Schedule> compute = GenerateSchedule(kind, ranks, stages, microbatches);
         const Schedule schedule = AddCommunication(*compute);
-        std::vector<StageCost> costs(stages);
-        for (int s = 0; s < stages; ++s) {
-          costs[s].remat = (s + microbatches) % 3 == 0;
-          costs[s].activation_bytes = 1000 + 37 * s;
-          costs[s].input_bytes = 11 + s;
-          costs[s].output_bytes = 13 + 2 * s;
-          costs[s].static_bytes = 500;
-        }
         for (int r = 0; r < ranks; ++r) {
-          const MemoryPeak walk = RankMemoryPeak(schedule, r, costs);
-          std::vector<bool> remat;
-          std::vector<const StageCost*> mine;
-          for (int s = 0; s < stages; ++s) {
-            if (schedule.stage_rank[s] != r) continue;
-            remat.push_back(costs[s].remat);
-            mine.push_back(&costs[s]);
+          const MemoryFrontier frontier(schedule, r);
+          // Priced more often than it replays the walk, so that both ways are checked, and with
+          // remat on and off (one frontier serves both).
+          for (int trial = 0; trial < 12; ++trial) {
+            std::vector<StageCost> costs(stages);
+            for (int s = 0; s < stages; ++s) {
+              costs[s].remat = (s + microbatches + trial) % 3 == 0;
+              costs[s].activation_bytes = 1000 + 37 * s + ((trial * 7919 + s * 104729) % 3000);
+              costs[s].input_bytes = 11 + s + 400 * (trial % 3);
+              costs[s].output_bytes = 13 + 2 * s + 700 * (trial % 4);
+              costs[s].static_bytes = 500;
+            }
+            const MemoryPeak walk = RankMemoryPeak(schedule, r, costs);
+            std::vector<const StageCost*> mine;
+            for (int s = 0; s < stages; ++s) {
+              if (schedule.stage_rank[s] == r) mine.push_back(&costs[s]);
+            }
+            EXPECT_DOUBLE_EQ(walk.static_bytes + frontier.PeakDynamicBytes(mine), walk.peak_bytes)
+                << ScheduleName(kind) << " K=" << ranks << " M=" << microbatches << " r=" << r << " trial " << trial;
+            EXPECT_EQ(frontier.max_in_flight(), walk.max_in_flight);
           }
-          const MemoryFrontier frontier(schedule, r, remat);
-          EXPECT_DOUBLE_EQ(walk.static_bytes + frontier.PeakDynamicBytes(mine), walk.peak_bytes)
-              << ScheduleName(kind) << " K=" << ranks << " M=" << microbatches << " r=" << r;
-          EXPECT_EQ(frontier.max_in_flight(), walk.max_in_flight);
           EXPECT_LE(frontier.size(), 32u);  // a handful of candidates, not one per action
         }
       }
