@@ -16,6 +16,9 @@ const std::vector<CommandEntry>& Commands() {
       {"run", "Train a model on a plan for real: one process per rank, LibTorch and c10d", MakeRunCommand},
       {"profile", "Measure each layer of a model on this device; write a profile for plan", MakeProfileCommand},
       {"profile-links", "Measure latency and bandwidth between ranks; write a cluster file", MakeProfileLinksCommand},
+      {"compare", "Line up a plan's prediction with a run of it: where and why they differ", MakeCompareCommand},
+      {"calibrate", "Fit overheads, links and compute slowdown from run records; write a cluster", MakeCalibrateCommand},
+      {"validate", "Plan, run and compare a matrix of configurations here: how good the predictions are", MakeValidateCommand},
   };
   return commands;
 }

@@ -52,5 +52,8 @@ std::unique_ptr<Command> MakeSimulateCommand(CLI::App& app);
 std::unique_ptr<Command> MakeRunCommand(CLI::App& app);
 std::unique_ptr<Command> MakeProfileCommand(CLI::App& app);
 std::unique_ptr<Command> MakeProfileLinksCommand(CLI::App& app);
+std::unique_ptr<Command> MakeCompareCommand(CLI::App& app);
+std::unique_ptr<Command> MakeCalibrateCommand(CLI::App& app);
+std::unique_ptr<Command> MakeValidateCommand(CLI::App& app);
 
 }  // namespace gpipe::cli

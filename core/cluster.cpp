@@ -1,21 +1,40 @@
 #include "core/cluster.h"
 
+#include <map>
 #include <set>
+#include <utility>
 
 #include "core/json_reader.h"
+#include "core/text.h"
 
 namespace gpipe {
 namespace {
 
 const std::set<std::string> kKnownTop = {"format", "name", "devices", "device_memory_bytes",
-                                         "link", "nodes", "links"};
+                                         "link", "nodes", "links", "calibration"};
+
+// Below these, a value is in the wrong unit (GB/s or GiB written as bytes), not a real device.
+constexpr double kMinBandwidth = 1e5;
+constexpr int64_t kMinMemory = int64_t{1} << 16;
+
+// bandwidth_bytes_per_s of the object `r` reads: > 0, and at least 100 KB/s.
+double ReadBandwidth(ObjectReader& r) {
+  const double bandwidth = r.NumberAbove("bandwidth_bytes_per_s", 0.0);
+  if (r.status().ok() && bandwidth < kMinBandwidth) {
+    r.Fail("bandwidth_bytes_per_s", "is " + Format("%g", bandwidth) +
+                                        " bytes per second, slower than 100 KB/s; the unit is bytes per second: "
+                                        "did you mean " + Format("%g", bandwidth) + " GB/s (" +
+                                        Format("%.0f", bandwidth * 1e9) + ")?");
+  }
+  return bandwidth;
+}
 
 Link LinkFromJson(ObjectReader& parent, std::string_view key) {
   Link link;
   const nlohmann::json* json = parent.Object(key);
   if (json == nullptr) return link;
   ObjectReader r(*json, parent.Where(key));
-  link.bandwidth_bytes_per_s = r.NumberAbove("bandwidth_bytes_per_s", 0.0);
+  link.bandwidth_bytes_per_s = ReadBandwidth(r);
   link.latency_ms = r.Number("latency_ms", 0.0);
   parent.Fail(r.status());
   return link;
@@ -37,12 +56,18 @@ const Link& Cluster::LinkBetween(int from, int to) const {
 Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string& where) {
   GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kClusterFormat));
   ObjectReader r(json, where);
+  r.SetKnownFields(kKnownTop);
   Cluster cluster;
   cluster.name = r.OptionalString("name", "");
   cluster.devices = static_cast<int>(r.Integer("devices", 1, 1 << 20));
   cluster.device_memory_bytes = r.Bytes("device_memory_bytes");
   if (r.status().ok() && cluster.device_memory_bytes == 0) {
     r.Fail("device_memory_bytes", "is 0; give each device's memory in bytes, e.g. 85899345920 for 80 GiB");
+  }
+  if (r.status().ok() && cluster.device_memory_bytes < kMinMemory) {
+    const std::string given = std::to_string(cluster.device_memory_bytes);
+    r.Fail("device_memory_bytes", "is " + given + " bytes, less than 64 KiB; the unit is bytes: did you mean " + given +
+                                      " GiB (" + std::to_string(cluster.device_memory_bytes << 30) + ")?");
   }
   cluster.link = LinkFromJson(r, "link");
   if (const nlohmann::json* nodes = r.OptionalObject("nodes")) {
@@ -57,16 +82,31 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
   }
   if (r.Has("links")) {
     const nlohmann::json* links = r.Array("links");
+    std::map<std::pair<int, int>, size_t> pairs;  // (from, to) -> index in links
     for (size_t i = 0; links != nullptr && i < links->size() && r.status().ok(); ++i) {
       ObjectReader l((*links)[i], r.Where("links") + "[" + std::to_string(i) + "]");
       LinkOverride o;
       o.from = static_cast<int>(l.Integer("from", 0, cluster.devices - 1));
       o.to = static_cast<int>(l.Integer("to", 0, cluster.devices - 1));
-      o.link.bandwidth_bytes_per_s = l.NumberAbove("bandwidth_bytes_per_s", 0.0);
+      o.link.bandwidth_bytes_per_s = ReadBandwidth(l);
       o.link.latency_ms = l.Number("latency_ms", 0.0);
+      if (l.status().ok() && o.from == o.to) {
+        l.Fail("to", "is " + std::to_string(o.to) + ", the same device as from; a link joins two devices");
+      }
+      if (l.status().ok()) {
+        const auto [at, added] = pairs.emplace(std::make_pair(o.from, o.to), i);
+        if (!added) {
+          l.Fail("from", "the pair " + std::to_string(o.from) + " -> " + std::to_string(o.to) + " is in links[" +
+                             std::to_string(at->second) + "] already; give each directed pair once");
+        }
+      }
       r.Fail(l.status());
       cluster.links.push_back(o);
     }
+  }
+  if (const nlohmann::json* calibration = r.OptionalObject("calibration")) {
+    Expected<Calibration> c = CalibrationFromJson(*calibration, r.Where("calibration"));
+    if (c.ok()) cluster.calibration = *c; else r.Fail(c.status());
   }
   if (!r.status().ok()) return r.status();
   cluster.extra = UnknownFields(json, kKnownTop);
@@ -96,6 +136,7 @@ nlohmann::json ClusterToJson(const Cluster& cluster) {
     }
     json["links"] = std::move(links);
   }
+  if (cluster.calibration) json["calibration"] = CalibrationToJson(*cluster.calibration);
   return json;
 }
 

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/calibration.h"
 #include "core/status.h"
 
 namespace gpipe {
@@ -42,6 +43,8 @@ struct Cluster {
   std::optional<int> devices_per_node;
   Link inter_node_link;
   std::vector<LinkOverride> links;
+  /// Fitted by `gpipe-plan calibrate`; absent: the profile and links alone.
+  std::optional<Calibration> calibration;
   nlohmann::json extra = nlohmann::json::object();
 
   /// The link that carries messages from device `from` to device `to`.

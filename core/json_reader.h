@@ -18,9 +18,13 @@ namespace gpipe {
 
 /// Parses the JSON file at `path`; errors name the file and the line and column.
 Expected<nlohmann::json> LoadJsonFile(const std::string& path);
+/// Parses JSON text; errors name `where` and the line and column. LoadJsonFile's second half.
+Expected<nlohmann::json> ParseJson(std::string_view text, const std::string& where);
 
-/// A short rendering of a JSON value for error messages (long values are cut).
+/// A short rendering of a JSON value for error messages, on one line (long values are cut).
 std::string Describe(const nlohmann::json& value);
+/// `text` in double quotes with JSON escapes, cut like Describe: a user's string in an error line.
+std::string Quote(std::string_view text);
 
 /// Reads the fields of one JSON object. `where` is the path printed in errors, e.g.
 /// "model.json: layers[3]".
@@ -57,6 +61,13 @@ class ObjectReader {
   const nlohmann::json* OptionalObject(std::string_view key);
   /// The raw member, or nullptr when absent.
   const nlohmann::json* Raw(std::string_view key) const;
+  /// "; is \"x\" a misspelling of it?" when the object has a key close to the missing `key`
+  /// (and not one of the known fields); "" otherwise.
+  std::string MisspeltHint(std::string_view key) const;
+
+  /// The object's fields, when known: a missing required field is then never said to be a
+  /// misspelling of another of them ("link" of "links"). `known` must outlive the reader.
+  void SetKnownFields(const std::set<std::string>& known) { known_ = &known; }
 
   /// Records `message` (prefixed with the field's path) unless an error is already recorded.
   void Fail(std::string_view key, const std::string& message);
@@ -69,6 +80,7 @@ class ObjectReader {
   const nlohmann::json& object_;
   std::string where_;
   Status status_;
+  const std::set<std::string>* known_ = nullptr;
 };
 
 /// The members of `object` whose keys are not in `known`: kept so that a rewritten file loses

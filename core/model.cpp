@@ -128,12 +128,22 @@ Expected<LayerSpec> LayerFromJson(const nlohmann::json& json, const std::string&
   if (!r.status().ok()) return r.status();
   for (const auto& [key, value] : json.items()) {
     if (known.count(key) == 0) {
+      // The key is the user's text: quoted (escaped, cut) so that the message stays one line.
+      const std::string quoted = Quote(key);
+      const bool plain = quoted == "\"" + key + "\"";
       std::vector<std::string> names(known.begin(), known.end());
-      return Status::Invalid(r.Where(key) + ": a " + type_name + " layer has no field \"" + key +
-                             "\"; its fields: " + ChoicesAndSuggestion(key, names));
+      return Status::Invalid((plain ? r.Where(key) : where) + ": a " + type_name + " layer has no field " + quoted +
+                             "; its fields: " + ChoicesAndSuggestion(key, names));
     }
   }
   return layer;
+}
+
+// Whether `path` names a regular file; false, never an exception, for a path the system refuses
+// (too long, a component that is not a folder).
+bool IsRegularFile(const std::string& path) {
+  std::error_code error;
+  return std::filesystem::is_regular_file(path, error);
 }
 
 ModelInput InputFromJson(ObjectReader& parent) {
@@ -161,6 +171,12 @@ DataSpec DataFromJson(ObjectReader& parent, const ModelInput& input, const std::
   DataSpec data;
   data.kind = input.kind == InputKind::kTokens ? DataKind::kText : DataKind::kSyntheticImages;
   const nlohmann::json* json = parent.OptionalObject("data");
+  if (json == nullptr && parent.status().ok() && input.kind == InputKind::kTokens) {
+    // The default for tokens is text, and text needs a file: without one neither run nor profile
+    // has anything to feed the model.
+    parent.Fail("data", "is missing; a model with tokens as input needs {\"kind\": \"text\", \"path\": FILE} or "
+                        "{\"kind\": \"random-tokens\"}" + parent.MisspeltHint("data"));
+  }
   if (json == nullptr || !parent.status().ok()) return data;
   ObjectReader r(*json, parent.Where("data"));
   Expected<DataKind> kind = ParseName(kDataKinds, r.String("kind"), "data kind");
@@ -177,7 +193,7 @@ DataSpec DataFromJson(ObjectReader& parent, const ModelInput& input, const std::
     if (r.status().ok()) {
       std::filesystem::path p(path);
       data.path = p.is_absolute() || base_dir.empty() ? path : (std::filesystem::path(base_dir) / p).string();
-      if (!std::filesystem::is_regular_file(data.path)) {
+      if (!IsRegularFile(data.path)) {
         r.Fail("path", "\"" + data.path + "\" is not a readable file; give a text file to train on");
       }
     }
@@ -203,6 +219,7 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
                                   const std::string& base_dir) {
   GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kModelFormat));
   ObjectReader r(json, where);
+  r.SetKnownFields(kKnownTop);
   ModelSpec model;
   model.name = r.String("name");
   model.input = InputFromJson(r);
@@ -225,7 +242,7 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
     if (!r.status().ok()) return r.status();
     std::filesystem::path p(path);
     model.torchscript_path = p.is_absolute() || base_dir.empty() ? path : (std::filesystem::path(base_dir) / p).string();
-    if (!std::filesystem::is_regular_file(model.torchscript_path)) {
+    if (!IsRegularFile(model.torchscript_path)) {
       return Status::Invalid(r.Where("torchscript") + ": \"" + model.torchscript_path +
                              "\" is not a readable file; save one with torch.jit.script(nn.Sequential(...)).save(path)");
     }

@@ -26,6 +26,9 @@ constexpr NameTable<Optimizer, 4> kOptimizerNames = {{
     {Optimizer::kAdamMixed, "adam-mixed"},
 }};
 
+// No model has more layers than this; it keeps layer indices far from int's limits.
+constexpr int64_t kMaxLayers = int64_t{1} << 24;
+
 const std::set<std::string> kKnownTop = {"format",       "profile",      "cluster",   "schedule",
                                          "microbatches", "global_batch", "replicas",  "placement",
                                          "optimizer",    "stages"};
@@ -47,13 +50,17 @@ T ReadPart(ObjectReader& r, const char* key, const std::string& base_dir, std::s
     return T{};
   }
   Expected<T> part = Status::Invalid("unreachable");
+  if (raw->is_string() && raw->get_ref<const std::string&>().empty()) {
+    r.Fail(key, "is an empty path; give the object itself or the path of its JSON file");
+    return T{};
+  }
   if (raw->is_string()) {
     std::filesystem::path file(raw->get<std::string>());
     if (file.is_relative() && !base_dir.empty()) file = std::filesystem::path(base_dir) / file;
     *path = file.string();
     part = load(path->c_str());
     if (!part.ok()) {
-      r.Fail(key, "names \"" + raw->get<std::string>() + "\", which did not load: " +
+      r.Fail(key, "names " + Describe(*raw) + ", which did not load: " +
                       part.status().message());
       return T{};
     }
@@ -219,6 +226,7 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
                             const std::string& base_dir) {
   GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kPlanFormat));
   ObjectReader r(json, where);
+  r.SetKnownFields(kKnownTop);
   Plan plan;
   plan.profile = ReadPart<Profile>(r, "profile", base_dir, &plan.profile_path, ProfileFromJson,
                                    [](const char* p) { return LoadProfile(p); });
@@ -251,15 +259,20 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
   for (size_t i = 0; stages != nullptr && i < stages->size() && r.status().ok(); ++i) {
     ObjectReader s((*stages)[i], r.Where("stages") + "[" + std::to_string(i) + "]");
     StagePlan stage;
-    const nlohmann::json* layers = s.Array("layers");
-    if (layers != nullptr) {
-      const bool pair = layers->size() == 2 && (*layers)[0].is_number_integer() &&
+    const nlohmann::json* layers = s.Has("layers") ? s.Raw("layers") : s.Array("layers");
+    if (layers != nullptr && s.status().ok()) {
+      const bool pair = layers->is_array() && layers->size() == 2 && (*layers)[0].is_number_integer() &&
                         (*layers)[1].is_number_integer();
+      // Compared as signed and unsigned apart: a huge unsigned value must not wrap to a small one.
+      const auto in_range = [](const nlohmann::json& index) {
+        return index.is_number_unsigned() ? index.get<uint64_t>() <= static_cast<uint64_t>(kMaxLayers)
+                                          : index.get<int64_t>() >= 0 && index.get<int64_t>() <= kMaxLayers;
+      };
       if (!pair) {
         s.Fail("layers", "expected [first, end) as two whole numbers, e.g. [0, 12], got " +
                              Describe(*layers));
-      } else if ((*layers)[0].get<int64_t>() < 0 || (*layers)[1].get<int64_t>() > (1 << 24)) {
-        s.Fail("layers", "layer indices out of range: " + Describe(*layers));
+      } else if (!in_range((*layers)[0]) || !in_range((*layers)[1])) {
+        s.Fail("layers", "layer indices out of range: " + Describe(*layers) + "; layers are numbered from 0");
       } else {
         stage.first_layer = (*layers)[0].get<int>();
         stage.end_layer = (*layers)[1].get<int>();

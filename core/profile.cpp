@@ -3,6 +3,7 @@
 #include <set>
 
 #include "core/json_reader.h"
+#include "core/suggest.h"
 
 namespace gpipe {
 namespace {
@@ -34,6 +35,7 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
 Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string& where) {
   GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kProfileFormat));
   ObjectReader r(json, where);
+  r.SetKnownFields(kKnownTop);
   Profile profile;
   profile.model = r.String("model");
   profile.device = r.String("device");
@@ -41,7 +43,8 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
   profile.dtype = r.OptionalString("dtype", "fp32");
   if (r.status().ok() && profile.dtype != "fp32" && profile.dtype != "bf16" &&
       profile.dtype != "fp16") {
-    r.Fail("dtype", "unknown dtype \"" + profile.dtype + "\"; use fp32, bf16 or fp16");
+    r.Fail("dtype", "unknown dtype \"" + profile.dtype + "\"; known: " +
+                        ChoicesAndSuggestion(profile.dtype, {"fp32", "bf16", "fp16"}));
   }
   profile.input_bytes = r.OptionalBytes("input_bytes", 0);
   const nlohmann::json* layers = r.Array("layers");

@@ -1,5 +1,6 @@
 #include "core/run_record.h"
 
+#include <cmath>
 #include <set>
 
 #include "core/json_reader.h"
@@ -47,6 +48,8 @@ Expected<ActionRecord> ActionFromJson(const nlohmann::json& json, const std::str
   a.start_ms = r.Number("start_ms", 0.0);
   a.end_ms = r.Number("end_ms", 0.0);
   a.recompute_ms = r.OptionalNumber("recompute_ms", 0.0).value_or(0.0);
+  a.memory_bytes = r.OptionalBytes("memory_bytes", -1);
+  a.peak_memory_bytes = r.OptionalBytes("peak_memory_bytes", -1);
   if (!r.status().ok()) return r.status();
   Expected<Action> action = ActionFromText(text);
   if (!action.ok()) return action.status().WithContext(r.Where("action"));
@@ -82,7 +85,7 @@ Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::s
       r.Fail("stages", "is " + Describe(*stages) + "; expected a list of stage numbers");
     } else {
       for (const nlohmann::json& s : *stages) {
-        if (!s.is_number_integer() || s.get<int64_t>() < 0) {
+        if (!s.is_number_integer() || s.get<int64_t>() < 0 || s.get<int64_t>() > INT32_MAX) {
           r.Fail("stages", "holds " + Describe(s) + "; stage numbers are whole numbers >= 0");
           break;
         }
@@ -100,11 +103,12 @@ Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::s
       continue;
     }
     for (const nlohmann::json& p : *list) {
-      if (!p.is_number() || p.get<double>() < 0) {
-        r.Fail(key, "holds " + Describe(p) + "; byte counts are numbers >= 0");
+      // Read as a double first: a float such as 1e300 has no int64 value.
+      if (!p.is_number() || !(p.get<double>() >= 0) || p.get<double>() > 9.0e18) {
+        r.Fail(key, "holds " + Describe(p) + "; byte counts are numbers in [0, 9e18]");
         break;
       }
-      out.push_back(p.get<int64_t>());
+      out.push_back(p.is_number_float() ? static_cast<int64_t>(std::llround(p.get<double>())) : p.get<int64_t>());
     }
   }
   if (!r.status().ok()) return r.status();
@@ -118,6 +122,8 @@ nlohmann::json RankRecordToJson(const RankRecord& rank) {
     nlohmann::json j = {{"step", a.step}, {"action", ActionToText(a.action)}, {"start_ms", a.start_ms},
                         {"end_ms", a.end_ms}};
     if (a.recompute_ms > 0) j["recompute_ms"] = a.recompute_ms;
+    if (a.memory_bytes >= 0) j["memory_bytes"] = a.memory_bytes;
+    if (a.peak_memory_bytes >= 0) j["peak_memory_bytes"] = a.peak_memory_bytes;
     actions.push_back(std::move(j));
   }
   return {{"rank", rank.rank},
@@ -134,6 +140,7 @@ nlohmann::json RankRecordToJson(const RankRecord& rank) {
 Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::string& where) {
   GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kRunRecordFormat));
   ObjectReader r(json, where);
+  r.SetKnownFields(kKnownTop);
   RunRecord record;
   record.model = r.String("model");
   record.plan = r.OptionalString("plan", "");

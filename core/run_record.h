@@ -24,6 +24,10 @@ struct ActionRecord {
   double end_ms = 0;
   /// For a remat stage's backward: the recomputed forward at its head, [start, start + recompute).
   double recompute_ms = 0;
+  /// The rank's memory (as RankRecord::peak_memory_bytes counts it) at the action's end, and
+  /// its peak while the action ran; -1 when not recorded.
+  int64_t memory_bytes = -1;
+  int64_t peak_memory_bytes = -1;
 };
 
 struct RankRecord {

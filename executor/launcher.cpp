@@ -1,5 +1,6 @@
 #include "executor/launcher.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -92,6 +93,16 @@ int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
   sigaction(SIGTERM, &action, &old_term);
   const pid_t launcher = getpid();
 
+  int log_fd = -1;
+  if (!options.log_path.empty()) {
+    log_fd = open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (log_fd < 0) {
+      err << "gpipe-plan run: cannot write the ranks' log " << options.log_path << ": " << std::strerror(errno) << "\n";
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      return 1;
+    }
+  }
   std::vector<Child> children;
   for (int local = 0; local < per_node; ++local) {
     // Build everything the child needs before fork: only async-signal-safe calls after it.
@@ -119,6 +130,7 @@ int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
       if (getppid() != launcher) _exit(127);
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
+      if (log_fd >= 0 && (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0)) _exit(127);
       execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }
@@ -127,10 +139,12 @@ int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
           << std::strerror(errno) << "\n";
       for (Child& c : children) kill(c.pid, SIGKILL);
       for (Child& c : children) waitpid(c.pid, nullptr, 0);
+      if (log_fd >= 0) close(log_fd);
       return 1;
     }
     children.push_back({options.node_rank * per_node + local, pid, true, std::nullopt});
   }
+  if (log_fd >= 0) close(log_fd);  // the ranks hold their own copies
 
   using Clock = std::chrono::steady_clock;
   std::optional<Clock::time_point> stop_since;

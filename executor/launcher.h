@@ -25,6 +25,9 @@ struct LaunchOptions {
   std::vector<std::string> argv;
   /// How long the other ranks get to stop on their own after one failed.
   std::chrono::milliseconds grace{10000};
+  /// When set, the ranks' standard output and error go to this file (appended) instead of the
+  /// launcher's.
+  std::string log_path;
 };
 
 /// This process's environment as a map.

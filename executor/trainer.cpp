@@ -160,18 +160,24 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       outcome.record.step_start_memory_bytes.push_back(meter.CurrentBytes());
       Batch batch = Slice(data->GlobalBatch(step, plan.global_batch), replica * replica_batch, replica_batch);
       runner.BeginStep(batch, start);
+      int64_t step_peak = meter.CurrentBytes();
       for (index = 0; index < actions.size(); ++index) {
+        meter.ResetPeak();  // each action's own peak; the step's is their maximum
         ActionTime t = runner.Execute(actions, index);
-        outcome.record.actions.push_back({step, actions[index], t.start_ms, t.end_ms, t.recompute_ms});
+        step_peak = std::max(step_peak, meter.PeakBytes());
+        outcome.record.actions.push_back(
+            {step, actions[index], t.start_ms, t.end_ms, t.recompute_ms, meter.CurrentBytes(), meter.PeakBytes()});
       }
+      meter.ResetPeak();
       runner.FinishStep();
       double loss = runner.StepLoss();
       if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss);
       optimizer->step();
       const double time_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       outcome.steps.push_back({step, loss, time_ms});
-      outcome.record.step_peak_memory_bytes.push_back(meter.PeakBytes());
-      outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, meter.PeakBytes());
+      step_peak = std::max(step_peak, meter.PeakBytes());
+      outcome.record.step_peak_memory_bytes.push_back(step_peak);
+      outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, step_peak);
       if (options.on_step) options.on_step(step, options.steps, loss, time_ms);
     } catch (const std::exception& e) {
       std::string where = who + " (stages " + StageList(outcome.record.stages) + "), step " + std::to_string(step);

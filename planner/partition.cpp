@@ -97,7 +97,8 @@ class Search {
         table_(*problem.profile, static_cast<double>(problem.global_batch) /
                                      (static_cast<double>(problem.replicas) * problem.microbatches) /
                                      static_cast<double>(problem.profile->microbatch_size),
-               problem.optimizer),
+               problem.optimizer, problem.cluster->calibration ? &*problem.cluster->calibration : nullptr,
+               RanksPerNode(*problem.cluster, problem.ranks * problem.replicas)),
         skeleton_(PlanSkeleton(problem)),
         layers_(table_.num_layers()),
         stages_(problem.ranks * problem.chunks),
@@ -218,8 +219,11 @@ class Search {
   double Cutoff() const { return best_ * (1.0 - kTieFraction); }
   // Once the budget is spent, every loop stops: the result is the best plan so far.
   bool OutOfBudget() const { return result_.nodes >= p_.max_nodes; }
-  double AllReduceMs(int rank, double param_bytes) const {
-    return p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0;
+  // What rank `rank` does after its last action when it holds `param_bytes` of parameters: its
+  // all-reduce, then its calibrated tail.
+  double AfterLastActionMs(int rank, double param_bytes) const {
+    const double tail = p_.cluster->calibration ? p_.cluster->calibration->TailMs(param_bytes) : 0.0;
+    return (p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0) + tail;
   }
   // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
   double Peak(int rank, const StageCost* const* costs) const {
@@ -280,14 +284,14 @@ class Search {
       const double after = std::max(0.0, total_input_gradient_ - c.backward_input_ms - tail);
       const double round_trip = total_forward_ + after + m * (recompute + c.backward_ms) +
                                 (m - forwards_first_[q]) * c.forward_ms;
-      return std::max({head + m * work + AllReduceMs(q, param_bytes),
+      return std::max({head + m * work + AfterLastActionMs(q, param_bytes),
                        head + m * (c.forward_ms + recompute + c.backward_input_ms) + tail, round_trip});
     }
     const double backward = c.backward_ms + recompute;
     const double work = c.forward_ms + backward;
     const double round_trip = total_forward_ + (total_backward_ - c.backward_ms) + m * backward +
                               (m - forwards_first_[q]) * c.forward_ms;
-    return std::max({head + m * work + tail, head + m * work + AllReduceMs(q, param_bytes), round_trip});
+    return std::max({head + m * work + tail, head + m * work + AfterLastActionMs(q, param_bytes), round_trip});
   }
 
   // The relaxed bound for rank q holding [a, e): prefix sums, no buffers, remat's stash free.

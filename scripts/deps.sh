@@ -1,11 +1,15 @@
-# Sourced by setup.sh and test.sh: installs what the build needs, when missing. Only what is absent
-# is installed, so a machine that has everything makes no network call.
+# Sourced by setup.sh, test.sh and fuzz.sh: installs what the build needs, when missing. Only what
+# is absent is installed, so a machine that has everything makes no network call.
 #  - Debian packages: the toolchain, nlohmann/json, CLI11, GoogleTest, Google Benchmark, and Gloo's
-#    headers (LibTorch's c10d headers include them but the torch wheel does not ship them).
+#    headers (LibTorch's c10d headers include them but the torch wheel does not ship them); for
+#    scripts/fuzz.sh also clang with libFuzzer.
 #  - LibTorch, from the torch wheel on PyPI, pinned to the GPU machines' version so that the same
 #    code builds on both. If pip cannot install it, Debian's libtorch-dev (CPU only) is the fallback.
 GPIPE_DEBIAN_PACKAGES=(cmake ninja-build g++ ccache python3 nlohmann-json3-dev libcli11-dev
                        libgtest-dev libgmock-dev googletest libbenchmark-dev libgloo-dev)
+# Only for scripts/fuzz.sh: clang and libFuzzer (libclang_rt.fuzzer-x86_64.a, which the clang
+# package only recommends: libclang-rt-dev pulls it in).
+GPIPE_FUZZ_PACKAGES=(clang libclang-rt-dev)
 GPIPE_TORCH_VERSION=2.11.0
 
 _gpipe_sudo() {
@@ -25,6 +29,10 @@ _gpipe_apt_install() {
 
 install_missing_packages() {
   _gpipe_apt_install "${GPIPE_DEBIAN_PACKAGES[@]}"
+}
+
+install_fuzz_packages() {
+  _gpipe_apt_install "${GPIPE_DEBIAN_PACKAGES[@]}" "${GPIPE_FUZZ_PACKAGES[@]}"
 }
 
 # torch==GPIPE_TORCH_VERSION for python3 (its LibTorch is what the executor links).

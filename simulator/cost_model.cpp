@@ -30,7 +30,9 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                          "; times and activations are scaled linearly by " + FormatScale(model.scale);
   }
   const bool split = plan.schedule == ScheduleKind::kZbH1;
-  const LayerTable table(profile, model.scale, plan.optimizer);
+  const Calibration* calibration = plan.cluster.calibration ? &*plan.cluster.calibration : nullptr;
+  const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas);
+  const LayerTable table(profile, model.scale, plan.optimizer, calibration, per_node);
   for (const StagePlan& stage : plan.stages) {
     for (int l = stage.first_layer; l < stage.end_layer && split; ++l) {
       if (!profile.layers[l].backward_weight_ms) {
@@ -51,20 +53,33 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   for (int from = 0; from < ranks; ++from) {
     for (int to = 0; to < ranks; ++to) model.links[from][to] = plan.cluster.LinkBetween(device(0, from), device(0, to));
   }
+  const std::vector<double> param_bytes = ParamBytesPerRank(plan);
+  if (calibration != nullptr) {
+    model.send_overhead_ms = calibration->send_overhead_ms;
+    model.tail_ms.assign(ranks, 0.0);
+    for (int r = 0; r < ranks; ++r) model.tail_ms[r] = calibration->TailMs(param_bytes[r]);
+  }
   if (plan.replicas > 1) {
     model.allreduce_ms.assign(ranks, 0.0);
     for (int r = 0; r < ranks; ++r) {
-      double gradient_bytes = 0;
-      for (const StagePlan& stage : plan.stages) {
-        if (stage.rank != r) continue;
-        for (int l = stage.first_layer; l < stage.end_layer; ++l) gradient_bytes += static_cast<double>(profile.layers[l].param_bytes);
-      }
       std::vector<int> devices;
       for (int d = 0; d < plan.replicas; ++d) devices.push_back(device(d, r));
-      model.allreduce_ms[r] = RingAllReduceMs(plan.cluster, devices, gradient_bytes);
+      model.allreduce_ms[r] = RingAllReduceMs(plan.cluster, devices, param_bytes[r]);
     }
   }
   return model;
+}
+
+std::vector<double> ParamBytesPerRank(const Plan& plan) {
+  std::vector<double> bytes(plan.num_ranks(), 0.0);
+  for (const StagePlan& stage : plan.stages) {
+    for (int l = stage.first_layer; l < stage.end_layer; ++l) bytes[stage.rank] += static_cast<double>(plan.profile.layers[l].param_bytes);
+  }
+  return bytes;
+}
+
+int RanksPerNode(const Cluster& cluster, int devices) {
+  return cluster.devices_per_node ? std::min(devices, *cluster.devices_per_node) : devices;
 }
 
 Ring RingOf(const Cluster& cluster, const std::vector<int>& devices) {

@@ -34,6 +34,8 @@ struct StageCost {
   double output_bytes = 0;
   /// Parameters, gradients and optimizer state.
   double static_bytes = 0;
+  /// The executor keeps every tensor the stage sends until the step ends (Gloo; calibrated).
+  bool sends_held = false;
 
   /// Activations kept from the forward until the backward.
   double stash_bytes() const { return remat ? input_bytes : activation_bytes; }
@@ -48,6 +50,10 @@ struct CostModel {
   /// Ring all-reduce of each rank's gradients across the replicas, after its last action (empty
   /// without replicas).
   std::vector<double> allreduce_ms;
+  /// Calibrated (core/calibration.h): what a send occupies its rank, and what each rank spends
+  /// after its last action and all-reduce (empty: nothing).
+  double send_overhead_ms = 0;
+  std::vector<double> tail_ms;
   /// Samples per micro-batch and in the whole step (for throughput).
   int64_t microbatch_size = 1;
   int64_t global_batch = 1;
@@ -58,7 +64,17 @@ struct CostModel {
   std::string profile_note;
 
   int num_ranks() const { return static_cast<int>(links.size()); }
+  /// What rank r does after its last action: all-reduce, then its tail.
+  double AfterLastActionMs(int r) const {
+    return (allreduce_ms.empty() ? 0.0 : allreduce_ms[r]) + (tail_ms.empty() ? 0.0 : tail_ms[r]);
+  }
 };
+
+/// The parameter bytes of each rank's stages (what it all-reduces and updates).
+std::vector<double> ParamBytesPerRank(const Plan& plan);
+
+/// How many of a plan's `devices` (K x D) share the busiest node of `cluster`.
+int RanksPerNode(const Cluster& cluster, int devices);
 
 /// REQUIRES: ValidatePlan(plan) is ok. Fails when the schedule needs what the profile lacks
 /// (zb-h1 needs every layer's backward_weight_ms).

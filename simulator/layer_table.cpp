@@ -5,8 +5,15 @@
 
 namespace gpipe {
 
-LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer)
-    : profile_(&profile), scale_(scale), factor_(StaticBytesPerParamByte(optimizer)) {
+LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer, const Calibration* calibration,
+                       int ranks_per_node)
+    : profile_(&profile),
+      scale_(scale),
+      time_scale_(calibration != nullptr ? scale * calibration->ComputeScale(ranks_per_node) : scale),
+      forward_overhead_ms_(calibration != nullptr ? calibration->forward_overhead_ms : 0.0),
+      backward_overhead_ms_(calibration != nullptr ? calibration->backward_overhead_ms : 0.0),
+      sends_held_(calibration != nullptr && calibration->sends_held),
+      factor_(StaticBytesPerParamByte(optimizer)) {
   const int layers = profile.num_layers();
   f_.assign(layers + 1, 0.0);
   b_ = w_ = act_ = param_ = f_;
@@ -52,17 +59,19 @@ void LayerTable::StageBuilder::Extend() {
 }
 
 StageCost LayerTable::StageBuilder::Cost(bool remat) const {
-  const double scale = table_->scale_;
+  const double time = table_->time_scale_;
+  const double forward_overhead = table_->forward_overhead_ms_, backward_overhead = table_->backward_overhead_ms_;
   StageCost c;
   c.remat = remat;
-  c.forward_ms = forward_ * scale;
-  c.backward_ms = backward_ * scale;
-  c.backward_weight_ms = weight_ * scale;
-  c.backward_input_ms = input_gradient_ * scale;
-  c.activation_bytes = activation_ * scale;
+  c.forward_ms = forward_ * time + forward_overhead;
+  c.backward_ms = backward_ * time + backward_overhead;
+  c.backward_weight_ms = weight_ * time + backward_overhead;
+  c.backward_input_ms = input_gradient_ * time + backward_overhead;
+  c.activation_bytes = activation_ * table_->scale_;
   c.input_bytes = table_->InputBytes(first_);
   c.output_bytes = table_->OutputBytes(end_ - 1);
   c.static_bytes = params_ * table_->factor_;
+  c.sends_held = table_->sends_held_;
   return c;
 }
 

@@ -15,8 +15,10 @@ namespace gpipe {
 
 class LayerTable {
  public:
-  /// `scale`: plan micro-batch size / profile micro-batch size.
-  LayerTable(const Profile& profile, double scale, Optimizer optimizer);
+  /// `scale`: plan micro-batch size / profile micro-batch size. With a calibration, times are
+  /// also multiplied by its compute scale for `ranks_per_node` and each action gets its overhead.
+  LayerTable(const Profile& profile, double scale, Optimizer optimizer, const Calibration* calibration = nullptr,
+             int ranks_per_node = 1);
 
   int num_layers() const { return static_cast<int>(profile_->layers.size()); }
   double scale() const { return scale_; }
@@ -42,9 +44,10 @@ class LayerTable {
   };
 
   // Prefix-sum estimates, for bounds.
-  double ForwardMs(int first, int end) const { return scale_ * (f_[end] - f_[first]); }
-  double BackwardMs(int first, int end) const { return scale_ * (b_[end] - b_[first]); }
-  double WeightMs(int first, int end) const { return scale_ * (w_[end] - w_[first]); }
+  // (Without the per-action overheads: lower bounds.)
+  double ForwardMs(int first, int end) const { return time_scale_ * (f_[end] - f_[first]); }
+  double BackwardMs(int first, int end) const { return time_scale_ * (b_[end] - b_[first]); }
+  double WeightMs(int first, int end) const { return time_scale_ * (w_[end] - w_[first]); }
   double ActivationBytes(int first, int end) const { return scale_ * (act_[end] - act_[first]); }
   double ParamBytes(int first, int end) const { return param_[end] - param_[first]; }
   double StaticBytes(int first, int end) const { return factor_ * (param_[end] - param_[first]); }
@@ -58,6 +61,10 @@ class LayerTable {
  private:
   const Profile* profile_;
   double scale_;
+  double time_scale_;  // scale_ x the calibrated compute scale
+  double forward_overhead_ms_ = 0;
+  double backward_overhead_ms_ = 0;
+  bool sends_held_ = false;
   double factor_;
   std::vector<double> f_, b_, w_, act_, param_;
 };

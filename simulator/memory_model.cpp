@@ -37,7 +37,10 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_end.in_flight = -1;
       break;
     case Op::kSendActivation:
+      e.at_start.sent_outputs = 1;
+      break;
     case Op::kSendGradient:
+      e.at_start.sent_inputs = 1;
       break;
   }
   return e;
@@ -49,6 +52,7 @@ MemoryChange Bytes(const MemoryCounts& n, const StageCost& c) {
   MemoryChange change;
   change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.activation_bytes;
   change.buffer_bytes = n.gradient_buffers * c.output_bytes + n.input_buffers * c.input_bytes;
+  if (c.sends_held) change.buffer_bytes += n.sent_outputs * c.output_bytes + n.sent_inputs * c.input_bytes;
   change.in_flight = n.in_flight;
   return change;
 }
@@ -111,6 +115,8 @@ namespace gpipe {
 
 // Pricing replays the walk this many times before it builds the set of maximal vectors.
 constexpr int kWalksBeforeBuild = 8;
+// Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs.
+constexpr int kCounts = 6;
 
 MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   std::vector<int> slot(schedule.num_stages(), -1);
@@ -119,12 +125,12 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
     slot[s] = static_cast<int>(stages_.size());
     stages_.push_back(s);
   }
-  width_ = 4 * stages_.size();
+  width_ = kCounts * stages_.size();
   changes_.reserve(2 * schedule.ranks[rank].size());
   int in_flight = 0;
   const auto record = [&](const MemoryCounts& n, int at) {
-    const int deltas[4] = {n.stash, n.recompute, n.gradient_buffers, n.input_buffers};
-    for (int k = 0; k < 4; ++k) {
+    const int deltas[kCounts] = {n.stash, n.recompute, n.gradient_buffers, n.input_buffers, n.sent_outputs, n.sent_inputs};
+    for (int k = 0; k < kCounts; ++k) {
       if (deltas[k] != 0) changes_.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
     }
     in_flight += n.in_flight;
@@ -133,15 +139,17 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   for (const Action& a : schedule.ranks[rank]) {
     const int i = slot[a.stage];
     const SymbolicEffect e = SymbolicEffectOf(a, /*remat=*/true, ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
-    record(e.at_start, 4 * i);
+    record(e.at_start, kCounts * i);
     // Frees at an action's end never make a new peak: only the counts after a start that grew.
     // (Without remat a stage's recompute counts add nothing: the candidates are then more than
     // needed, never fewer, and a falling count is only ever priced lower.)
     const MemoryCounts& n = e.at_start;
-    if ((n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0) && !changes_.empty()) {
+    if ((n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 || n.sent_outputs > 0 ||
+         n.sent_inputs > 0) &&
+        !changes_.empty()) {
       changes_.back().candidate = true;
     }
-    record(e.at_end, 4 * i);
+    record(e.at_end, kCounts * i);
   }
   // A candidate followed by the next one with no count falling in between is covered by it.
   bool fell = true;  // past the last candidate
@@ -195,10 +203,13 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
   price_.resize(width_);
   for (size_t i = 0; i < stages_.size(); ++i) {
     const StageCost& c = *costs[i];
-    price_[4 * i + 0] = c.stash_bytes();
-    price_[4 * i + 1] = c.remat ? c.activation_bytes : 0.0;
-    price_[4 * i + 2] = c.output_bytes;
-    price_[4 * i + 3] = c.input_bytes;
+    double* price = &price_[kCounts * i];
+    price[0] = c.stash_bytes();
+    price[1] = c.remat ? c.activation_bytes : 0.0;
+    price[2] = c.output_bytes;
+    price[3] = c.input_bytes;
+    price[4] = c.sends_held ? c.output_bytes : 0.0;
+    price[5] = c.sends_held ? c.input_bytes : 0.0;
   }
   double best = 0;
   if (!built_) {

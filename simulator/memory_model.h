@@ -9,7 +9,11 @@
 //   B / I    start: + one micro-batch of recomputed activations under remat
 //   B        end:   - the stash, the recomputed activations and the gradient buffer
 //   I        end:   - the gradient buffer;   W end: - the stash and recomputed activations
-//   SEND_F/B        nothing: a message in flight belongs to the link.
+//   SEND_F/B        nothing: a message in flight belongs to the link; except where the stage's
+//                     cost says sends are held (StageCost::sends_held, calibrated for Gloo): then
+//   SEND_F   start: + the stage's output bytes,   SEND_B start: + the stage's input bytes, until
+//                     the step ends (a Gloo send reports completion only when waited on, and the
+//                     executor waits at the step's end; measured in docs/compare.md).
 // Static bytes (parameters, gradients, optimizer state) are held throughout.
 #pragma once
 
@@ -30,6 +34,9 @@ struct MemoryCounts {
   int recompute = 0;
   int gradient_buffers = 0;
   int input_buffers = 0;
+  /// Sent outputs (SEND_F) and sent input gradients (SEND_B), priced only when sends are held.
+  int sent_outputs = 0;
+  int sent_inputs = 0;
   int in_flight = 0;
 };
 
@@ -108,7 +115,7 @@ class MemoryFrontier {
   void BuildVectors() const;
 
   std::vector<int> stages_;
-  size_t width_ = 0;             // 4 counts per stage on the rank
+  size_t width_ = 0;             // kCounts counts per stage on the rank
   std::vector<Change> changes_;  // the walk
   int max_in_flight_ = 0;
   mutable int walks_ = 0;

@@ -127,23 +127,15 @@ class Simulation {
         }
         case Op::kSendActivation:
         case Op::kSendGradient: {
-          const bool gradient = a.op == Op::kSendGradient;
-          const int to_stage = gradient ? a.stage - 1 : a.stage + 1;
-          const int to = schedule_.stage_rank[to_stage];
-          const double bytes = gradient ? c.input_bytes : c.output_bytes;
-          const Link& link = costs_.links[r][to];
-          Transfer t;
-          t.from_rank = r;
-          t.to_rank = to;
-          t.send = a;
-          t.bytes = bytes;
-          t.start_ms = std::max(now, link_free_[r][to]);
-          t.wire_end_ms = t.start_ms + (bytes > 0 ? bytes / link.bandwidth_bytes_per_s * 1e3 : 0.0);
-          t.arrival_ms = t.wire_end_ms + link.latency_ms;
-          link_free_[r][to] = t.wire_end_ms;
-          last_arrival_ms_ = std::max(last_arrival_ms_, t.arrival_ms);
-          queue_.Push(t.arrival_ms, {Event::Kind::kArrival, to, Key(gradient, to_stage, a.microbatch)});
-          if (options_.record_timeline) result_.transfers.push_back(t);
+          Change(r, now, EffectOf(schedule_, a, c).at_start);
+          if (costs_.send_overhead_ms > 0) {
+            // The rank is busy issuing the send; the message leaves when it is done (Finish).
+            state.computing = true;
+            state.compute_start = now;
+            queue_.Push(now + costs_.send_overhead_ms, {Event::Kind::kRankFree, r, -1});
+            return;
+          }
+          Send(r, a, now);
           Record(r, a, now, now, 0.0);
           ++state.next;
           break;
@@ -166,11 +158,40 @@ class Simulation {
     result_.ranks[r].end_ms = std::max(result_.ranks[r].end_ms, now);
   }
 
-  // Ends rank r's running compute at `now`.
+  // Puts rank r's send `a` on its link at `now`.
+  void Send(int r, const Action& a, double now) {
+    const bool gradient = a.op == Op::kSendGradient;
+    const int to_stage = gradient ? a.stage - 1 : a.stage + 1;
+    const int to = schedule_.stage_rank[to_stage];
+    const StageCost& c = costs_.stages[a.stage];
+    const double bytes = gradient ? c.input_bytes : c.output_bytes;
+    const Link& link = costs_.links[r][to];
+    Transfer t;
+    t.from_rank = r;
+    t.to_rank = to;
+    t.send = a;
+    t.bytes = bytes;
+    t.start_ms = std::max(now, link_free_[r][to]);
+    t.wire_end_ms = t.start_ms + (bytes > 0 ? bytes / link.bandwidth_bytes_per_s * 1e3 : 0.0);
+    t.arrival_ms = t.wire_end_ms + link.latency_ms;
+    link_free_[r][to] = t.wire_end_ms;
+    last_arrival_ms_ = std::max(last_arrival_ms_, t.arrival_ms);
+    queue_.Push(t.arrival_ms, {Event::Kind::kArrival, to, Key(gradient, to_stage, a.microbatch)});
+    if (options_.record_timeline) result_.transfers.push_back(t);
+  }
+
+  // Ends rank r's running compute (or send) at `now`.
   void Finish(int r, double now) {
     RankState& state = ranks_[r];
     state.computing = false;
     const Action& a = schedule_.ranks[r][state.next];
+    if (a.op == Op::kSendActivation || a.op == Op::kSendGradient) {
+      Send(r, a, now);
+      Record(r, a, state.compute_start, now, 0.0);
+      result_.ranks[r].end_ms = now;
+      ++state.next;
+      return;
+    }
     const StageCost& c = costs_.stages[a.stage];
     Change(r, now, EffectOf(schedule_, a, c).at_end);
     const double recompute = (a.op == Op::kBackward || a.op == Op::kBackwardInput) ? c.recompute_ms() : 0.0;
@@ -184,7 +205,7 @@ class Simulation {
     double busy = 0;
     for (size_t r = 0; r < result_.ranks.size(); ++r) {
       const RankResult& rank = result_.ranks[r];
-      step = std::max(step, rank.end_ms + (costs_.allreduce_ms.empty() ? 0.0 : costs_.allreduce_ms[r]));
+      step = std::max(step, rank.end_ms + costs_.AfterLastActionMs(static_cast<int>(r)));
       busy += rank.busy_ms;
     }
     for (int r = 0; r < schedule_.num_ranks(); ++r) {

@@ -2,11 +2,13 @@
 // training step. Each rank runs its actions in order, one at a time:
 //   - a compute action (F, B, I, W) occupies the rank for its cost; a remat stage recomputes its
 //     forward right before each backward (B, or I in split schedules);
-//   - a send returns at once; its link carries messages one after another, each taking
-//     bytes/bandwidth on the wire and arriving latency_ms later, overlapping compute;
+//   - a send occupies the rank for the calibrated send overhead (none by default), then its
+//     link carries messages one after another, each taking bytes/bandwidth on the wire and
+//     arriving latency_ms later, overlapping compute;
 //   - a receive waits until its message has arrived.
 // With data-parallel replicas, each rank then all-reduces its gradients (CostModel::allreduce_ms),
-// and the step ends when the last all-reduce does.
+// then spends its calibrated tail (optimizer step and bookkeeping; none by default), and the
+// step ends when the last rank is done.
 // Memory per rank follows memory_model.h: every change happens at the start or end of one of the
 // rank's actions, so the peak does not depend on timing.
 #pragma once

@@ -66,6 +66,7 @@ double StepEvaluator::StepTimeMs(const CostModel& costs) const {
       case Op::kSendGradient: {
         const double bytes = step.op == Op::kSendGradient ? c.input_bytes : c.output_bytes;
         const Link& link = costs.links[step.rank][step.peer];
+        if (costs.send_overhead_ms > 0) now = now + costs.send_overhead_ms;
         double& free_at = link_free_[static_cast<size_t>(step.rank) * ranks + step.peer];
         const double start = std::max(now, free_at);
         const double wire_end = start + (bytes > 0 ? bytes / link.bandwidth_bytes_per_s * 1e3 : 0.0);
@@ -80,7 +81,7 @@ double StepEvaluator::StepTimeMs(const CostModel& costs) const {
   }
   double step = last_arrival;
   for (int r = 0; r < ranks; ++r) {
-    step = std::max(step, rank_time_[r] + (costs.allreduce_ms.empty() ? 0.0 : costs.allreduce_ms[r]));
+    step = std::max(step, rank_time_[r] + costs.AfterLastActionMs(r));
   }
   return step;
 }

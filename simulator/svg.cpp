@@ -130,7 +130,7 @@ class Chart {
     for (int r = 0; r < t_.num_ranks; ++r) {
       out_ += Rect(kLeft, LaneY(r), kRight - kLeft, kLaneHeight, "#f2f2f2");
       out_ += Rect(kLeft, LaneY(r) + kLaneHeight + kLinkGap, kRight - kLeft, kLinkHeight, "#f8f8f8");
-      out_ += Text(kLeft - 8, LaneY(r) + kLaneHeight / 2 + 4, "rank " + std::to_string(r),
+      out_ += Text(kLeft - 8, LaneY(r) + kLaneHeight / 2 + 4, t_.LaneName(r),
                    " text-anchor=\"end\"");
       out_ += Text(kLeft - 8, LaneY(r) + kLaneHeight + kLinkGap + kLinkHeight, "sends",
                    " text-anchor=\"end\" font-size=\"8\" fill=\"#888888\"");
@@ -254,7 +254,7 @@ class Chart {
       }
       points.pop_back();
       out_ += Rect(kSparkLeft, top, kSparkWidth, h, "#f6f6f6", "",
-                   "rank " + std::to_string(r) + " memory: peak " + Bytes(peak->bytes) + " at " +
+                   t_.LaneName(r) + " memory: peak " + Bytes(peak->bytes) + " at " +
                        Num(peak->time_ms, 3) + " ms");
       out_ += "<polyline points=\"" + points +
               "\" fill=\"none\" stroke=\"#b05a2a\" stroke-width=\"1.2\"/>\n";

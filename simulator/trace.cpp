@@ -94,15 +94,51 @@ Timeline TimelineFromSim(const SimResult& result, std::string title) {
   return t;
 }
 
+std::string Timeline::LaneName(int r) const {
+  return r < static_cast<int>(lane_names.size()) ? lane_names[r] : "rank " + std::to_string(r);
+}
+
+Timeline StackTimelines(const Timeline& top, const std::string& top_label, const Timeline& bottom,
+                        const std::string& bottom_label, std::string title) {
+  Timeline t;
+  t.title = std::move(title);
+  t.num_ranks = top.num_ranks + bottom.num_ranks;
+  t.actions = top.actions;
+  t.transfers = top.transfers;
+  for (ActionTiming a : bottom.actions) {
+    a.rank += top.num_ranks;
+    t.actions.push_back(a);
+  }
+  for (Transfer m : bottom.transfers) {
+    m.from_rank += top.num_ranks;
+    m.to_rank += top.num_ranks;
+    t.transfers.push_back(m);
+  }
+  t.memory = top.memory;
+  t.memory.resize(top.num_ranks);
+  t.memory.insert(t.memory.end(), bottom.memory.begin(), bottom.memory.end());
+  for (int r = 0; r < top.num_ranks; ++r) t.lane_names.push_back(top_label + " " + std::to_string(r));
+  for (int r = 0; r < bottom.num_ranks; ++r) t.lane_names.push_back(bottom_label + " " + std::to_string(r));
+  return t;
+}
+
 Timeline TimelineFromRecord(const RunRecord& record, int step, std::string title) {
   Timeline t;
   t.title = std::move(title);
   for (const RankRecord& rank : record.ranks) {
     if (rank.replica != 0) continue;
     t.num_ranks = std::max(t.num_ranks, rank.pipeline_rank + 1);
+    std::vector<MemorySample> memory;
     for (const ActionRecord& a : rank.actions) {
       if (a.step != step) continue;
       t.actions.push_back({rank.pipeline_rank, a.action, a.start_ms, a.end_ms, a.recompute_ms});
+      // Recorded memory: the action's peak while it ran, then what it left.
+      if (a.peak_memory_bytes >= 0) memory.push_back({a.start_ms, static_cast<double>(a.peak_memory_bytes)});
+      if (a.memory_bytes >= 0) memory.push_back({a.end_ms, static_cast<double>(a.memory_bytes)});
+    }
+    if (!memory.empty()) {
+      if (static_cast<int>(t.memory.size()) <= rank.pipeline_rank) t.memory.resize(rank.pipeline_rank + 1);
+      t.memory[rank.pipeline_rank] = std::move(memory);
     }
   }
   return t;
@@ -111,7 +147,7 @@ Timeline TimelineFromRecord(const RunRecord& record, int step, std::string title
 json TimelineToChromeTrace(const Timeline& t) {
   json events = json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 0}, {"args", {{"name", t.title}}}});
-  for (int r = 0; r < t.num_ranks; ++r) NameTrack(events, r, "rank " + std::to_string(r));
+  for (int r = 0; r < t.num_ranks; ++r) NameTrack(events, r, t.LaneName(r));
 
   std::vector<const ActionTiming*> actions;
   actions.reserve(t.actions.size());
@@ -124,7 +160,7 @@ json TimelineToChromeTrace(const Timeline& t) {
   AddTransfers(events, t);
 
   for (size_t r = 0; r < t.memory.size(); ++r) {
-    const std::string name = "memory rank " + std::to_string(r);
+    const std::string name = "memory " + t.LaneName(static_cast<int>(r));
     for (const MemorySample& m : t.memory[r]) {
       events.push_back({{"name", name}, {"ph", "C"}, {"pid", 0}, {"tid", static_cast<int>(r)},
                         {"ts", Us(m.time_ms)}, {"args", {{"bytes", m.bytes}}}});

@@ -33,7 +33,16 @@ struct Timeline {
   std::vector<Transfer> transfers;
   /// memory[r]: rank r's memory samples in time order (empty when not recorded).
   std::vector<std::vector<MemorySample>> memory;
+  /// Lane r's label; "rank r" when absent.
+  std::vector<std::string> lane_names;
+
+  std::string LaneName(int r) const;
 };
+
+/// `top` above `bottom` on one time axis: bottom's ranks follow top's, lanes labeled
+/// "<top_label> r" and "<bottom_label> r" (e.g. "sim 0" and "run 0").
+Timeline StackTimelines(const Timeline& top, const std::string& top_label, const Timeline& bottom,
+                        const std::string& bottom_label, std::string title);
 
 /// The timeline of a simulated step. REQUIRES: `result` was simulated with record_timeline.
 Timeline TimelineFromSim(const SimResult& result, std::string title);
@@ -41,7 +50,8 @@ Timeline TimelineFromSim(const SimResult& result, std::string title);
 /// The timeline of step `step` of a measured run, in the same layout: each rank's actions (the
 /// record's ranks are the pipeline's ranks of replica 0; other replicas are left out), with the
 /// recomputed forwards; no link tracks (the executor records when a receive was waited for, as
-/// RECV actions on the rank's track, not when bytes were on the wire).
+/// RECV actions on the rank's track, not when bytes were on the wire); memory from the actions' recorded
+/// bytes (each action's peak at its start, what it left at its end) when the record has them.
 Timeline TimelineFromRecord(const RunRecord& record, int step, std::string title);
 
 /// The Chrome trace-event JSON object {"traceEvents": [...], "displayTimeUnit": "ms",

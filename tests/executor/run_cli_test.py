@@ -235,9 +235,41 @@ def profile_then_plan(binary, tmp):
         result.stdout
 
 
+def validate_compare_calibrate(binary, tmp):
+    """The predicted-against-measured loop end to end on a small matrix: validate plans, runs,
+    calibrates on one M and judges the other; compare and calibrate read what it kept. (The
+    accuracy itself is measured on an idle machine, not asserted here: CI machines are noisy.)"""
+    out_dir = os.path.join(tmp, "v")
+    result = sh([binary, "validate", "--model", MODEL, "--cluster", CLUSTER, "--profile", PROFILE, "--global-batch", "16",
+                 "--stages", "1,2", "--microbatches", "2,4", "--schedules", "gpipe", "--remat", "off",
+                 "--calibrate-on", "2", "--steps", "3", "--out-dir", out_dir, "--json"])
+    doc = json.loads(result.stdout)
+    assert [c["name"] for c in doc["configs"]] == ["k1-m2-gpipe", "k1-m4-gpipe", "k2-m2-gpipe", "k2-m4-gpipe"], doc
+    assert [c["held_out"] for c in doc["configs"]] == [False, True, False, True]
+    for c in doc["configs"]:
+        assert c["predicted_ms"] > 0 and c["measured_ms"] > 0, c
+        assert abs(c["error"] - (c["predicted_ms"] - c["measured_ms"]) / c["measured_ms"]) < 1e-9, c
+    assert doc["held_out"] == 2 and 0 <= doc["median_abs_error"] <= doc["max_abs_error"], doc
+    assert doc["planner_choice"]["measured_ms"] > 0, doc
+    calibrated = os.path.join(out_dir, "calibrated-cluster.json")
+    assert "calibration" in record(calibrated)
+    # compare draws both timelines and names where they differ
+    svg = os.path.join(tmp, "both.svg")
+    result = sh([binary, "compare", os.path.join(out_dir, "k2-m4-gpipe.plan.json"),
+                 os.path.join(out_dir, "k2-m4-gpipe.run.json"), "--cluster", calibrated, "--svg", svg])
+    assert "where they differ" in result.stdout and "sim 1" in open(svg).read() and "run 1" in open(svg).read()
+    # calibrate writes a cluster the planner accepts, and judges held-out runs
+    again = os.path.join(tmp, "again.json")
+    result = sh([binary, "calibrate", os.path.join(out_dir, "k1-m2-gpipe.run.json"),
+                 os.path.join(out_dir, "k2-m2-gpipe.run.json"), "-o", again,
+                 "--judge", os.path.join(out_dir, "k2-m4-gpipe.run.json")])
+    assert "held out:" in result.stdout and "median |error|" in result.stdout, result.stdout
+    sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
+
+
 CASES = {f.__name__: f for f in [two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, rank_killed, interrupted_launcher, bad_input,
-                                  torchscript_model, profile_then_plan]}
+                                  torchscript_model, profile_then_plan, validate_compare_calibrate]}
 
 if __name__ == "__main__":
     binary, case = sys.argv[1], sys.argv[2]

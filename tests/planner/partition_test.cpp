@@ -46,6 +46,17 @@ Cluster RandomCluster(std::mt19937& rng) {
   cluster.devices_per_node = 2;
   cluster.link = Link{20e9 + 1e9 * (rng() % 40), 0.01 * (rng() % 5)};
   cluster.inter_node_link = Link{1e9 + 1e8 * (rng() % 40), 0.05 + 0.01 * (rng() % 10)};
+  if (rng() % 2 == 0) {  // calibrated: every term of core/calibration.h
+    Calibration c;
+    c.compute_scale = {1.0, 1.1 + 0.01 * (rng() % 30)};
+    c.forward_overhead_ms = 0.01 * (rng() % 30);
+    c.backward_overhead_ms = 0.01 * (rng() % 30);
+    c.send_overhead_ms = 0.01 * (rng() % 20);
+    c.step_overhead_ms = 0.1 * (rng() % 10);
+    c.optimizer_ms_per_gib = 100.0 * (rng() % 10);
+    c.sends_held = rng() % 2 == 0;
+    cluster.calibration = c;
+  }
   return cluster;
 }
 

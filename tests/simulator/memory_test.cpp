@@ -186,6 +186,7 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
               costs[s].input_bytes = 11 + s + 400 * (trial % 3);
               costs[s].output_bytes = 13 + 2 * s + 700 * (trial % 4);
               costs[s].static_bytes = 500;
+              costs[s].sends_held = (trial / 2) % 2 == 1;
             }
             const MemoryPeak walk = RankMemoryPeak(schedule, r, costs);
             std::vector<const StageCost*> mine;

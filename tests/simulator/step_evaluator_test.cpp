@@ -1,5 +1,5 @@
 // The StepEvaluator gives exactly Simulate's step time, for every schedule, with uneven stages,
-// remat, real links and replicas.
+// remat, real links, replicas and calibrated send overheads and tails.
 #include "simulator/step_evaluator.h"
 
 #include <gtest/gtest.h>
@@ -40,6 +40,10 @@ TEST(StepEvaluator, EqualsTheSimulatorExactly) {
       if (rng() % 2 == 0) {
         costs.allreduce_ms.clear();
         for (int r = 0; r < ranks; ++r) costs.allreduce_ms.push_back(time(rng));
+      }
+      if (rng() % 2 == 0) {  // calibrated: sends occupy their rank, ranks have a tail
+        costs.send_overhead_ms = latency(rng);
+        for (int r = 0; r < ranks; ++r) costs.tail_ms.push_back(time(rng));
       }
       Expected<Schedule> compute = GenerateSchedule(kind, ranks, stages, microbatches);
       ASSERT_TRUE(compute.ok());

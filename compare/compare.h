@@ -1,0 +1,77 @@
+// Predicted against measured: one plan's simulated step next to a run record of it. Per rank:
+// busy time, when its last action ended, time spent waiting for messages, issuing sends and
+// between actions, and peak memory; per (rank, op, stage): the median action against the
+// simulator's; then the findings, largest first: which part of the difference comes from a slow
+// stage, a slow link or a slow peer, overhead between actions, or work after the last action
+// (optimizer step, step bookkeeping).
+//
+// Measured figures are medians over the record's steps after the first (the first warms up),
+// or the one step there is.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/plan.h"
+#include "core/run_record.h"
+#include "core/status.h"
+#include "simulator/trace.h"
+
+namespace gpipe {
+
+/// One kind of action on one rank: every micro-batch's F of stage 1 on rank 1, say.
+struct OpComparison {
+  int rank = 0;
+  Op op = Op::kForward;
+  int stage = 0;
+  int count = 0;  // per step
+  double predicted_ms = 0;
+  double measured_ms = 0;
+};
+
+struct RankComparison {
+  int rank = 0;
+  double predicted_busy_ms = 0, measured_busy_ms = 0;
+  double predicted_end_ms = 0, measured_end_ms = 0;
+  double predicted_wait_ms = 0, measured_wait_ms = 0;
+  double predicted_send_ms = 0, measured_send_ms = 0;
+  /// Measured time between the rank's actions and before its first (the simulator has none).
+  double measured_gap_ms = 0;
+  double predicted_peak_bytes = 0, measured_peak_bytes = 0;
+};
+
+struct Comparison {
+  std::string title;
+  int measured_steps = 0;
+  double predicted_step_ms = 0, measured_step_ms = 0;
+  /// Half the interquartile range of the measured steps.
+  double measured_step_spread_ms = 0;
+  double predicted_throughput = 0, measured_throughput = 0;
+  double predicted_bubble = 0, measured_bubble = 0;
+  /// From the last action's end (and all-reduce) to the step's end.
+  double predicted_after_ms = 0, measured_after_ms = 0;
+  std::vector<RankComparison> ranks;
+  std::vector<OpComparison> ops;
+  /// Sentences, largest difference first.
+  std::vector<std::string> findings;
+  /// The simulated step and the record's last step.
+  Timeline predicted, measured;
+
+  /// (predicted - measured) / measured.
+  double StepError() const { return (predicted_step_ms - measured_step_ms) / measured_step_ms; }
+  double PeakMemoryError() const;
+};
+
+/// Errors when the record is not a run of this plan (ranks, micro-batches, schedule differ).
+Expected<Comparison> Compare(const Plan& plan, const RunRecord& record);
+
+std::string ComparisonTable(const Comparison& c);
+nlohmann::json ComparisonToJson(const Comparison& c);
+
+/// The median and half the interquartile range of `values` (0, 0 when empty).
+double Median(std::vector<double> values);
+double HalfIqr(std::vector<double> values);
+
+}  // namespace gpipe
