@@ -216,7 +216,7 @@ Expected<Comparison> Compare(const Plan& plan, const RunRecord& record) {
       const double slow = c.ranks[r].measured_busy_ms - c.ranks[r].predicted_busy_ms;
       if (peer < 0 || slow > peer_slow) peer = r, peer_slow = slow;
     }
-    std::string why = ranks == 1 ? "" : peer >= 0 && peer_slow >= 0.5 * d ?
+    std::string why = ranks == 1 || d <= 0 ? "" : peer >= 0 && peer_slow >= 0.5 * d ?
         Sprintf(": a slow peer (rank %d computed %+.2f ms more than predicted)", peer, peer_slow) :
         ": slower links than the cluster file says (or later sends)";
     findings.push_back({std::abs(d), Sprintf("Waiting for messages: rank %d waited %.2f ms against %.2f ms predicted "
