@@ -55,6 +55,8 @@ T ReadPart(ObjectReader& r, const char* key, const std::string& base_dir, std::s
     return T{};
   }
   if (raw->is_string()) {
+    // Read as a string field: a path with a newline in it would break the error line below.
+    if (r.String(key).empty()) return T{};
     std::filesystem::path file(raw->get<std::string>());
     if (file.is_relative() && !base_dir.empty()) file = std::filesystem::path(base_dir) / file;
     *path = file.string();

@@ -245,6 +245,8 @@ const Row kRows[] = {
     {L, "/profile", "\"../no-such-profile.json\"",
      "plan.json.profile: names \"../no-such-profile.json\", which did not load: {source}/profiles/plans/../no-such-profile.json: cannot open the file (does it exist and is it readable?)"},
     {L, "/profile", "\"\"", "plan.json.profile: is an empty path; give the object itself or the path of its JSON file"},
+    {L, "/profile", "\"../tiny-gpt\\r.json\"",
+     "plan.json.profile: expected a string without control characters (newlines, tabs), got \"../tiny-gpt\\r.json\""},
     {L, "/profile", "\"..\"",
      "plan.json.profile: names \"..\", which did not load: {source}/profiles/plans/..: is a directory; give the path of a JSON file"},
     {L, "/cluster", "\"../tiny-gpt-cpu.json\"",
