@@ -1,6 +1,11 @@
 #include "cli/commands.h"
 
+#include <algorithm>
 #include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/suggest.h"
 
 namespace gpipe::cli {
 
@@ -41,6 +46,15 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
   for (const CommandEntry& entry : Commands()) {
     CLI::App* sub = app.add_subcommand(entry.name, entry.summary);
     made.emplace_back(sub, entry.make(*sub));
+  }
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CommandEntry& entry : Commands()) names.emplace_back(entry.name);
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+      err << "gpipe-plan: unknown subcommand \"" << argv[1] << "\"; known: " << ChoicesAndSuggestion(argv[1], names)
+          << "\n(run 'gpipe-plan --help' for usage)\n";
+      return kExitUsage;
+    }
   }
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/pictures.h"
+#include "core/cluster.h"
 #include "core/files.h"
 #include "core/plan.h"
 #include "core/schedule/validate.h"
@@ -110,6 +111,11 @@ class PlanCommand : public Command {
       Expected<int64_t> bytes = ParseBytes(*memory_);
       if (!bytes.ok()) return bytes.status().WithContext("--memory");
       if (*bytes <= 0) return Status::Invalid("--memory: must be more than 0");
+      if (*bytes < kMinDeviceMemoryBytes) {
+        return Status::Invalid("--memory: " + *memory_ + " is " + std::to_string(*bytes) +
+                               " bytes, less than 64 KiB; a bare number is bytes: did you mean " + *memory_ +
+                               "GiB? (or MiB, GB, ...)");
+      }
       request.cluster.device_memory_bytes = *bytes;
     }
     const auto positive = [](const std::optional<int>& value, const char* flag) {

@@ -15,7 +15,6 @@ const std::set<std::string> kKnownTop = {"format", "name", "devices", "device_me
 
 // Below these, a value is in the wrong unit (GB/s or GiB written as bytes), not a real device.
 constexpr double kMinBandwidth = 1e5;
-constexpr int64_t kMinMemory = int64_t{1} << 16;
 
 // bandwidth_bytes_per_s of the object `r` reads: > 0, and at least 100 KB/s.
 double ReadBandwidth(ObjectReader& r) {
@@ -64,7 +63,7 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
   if (r.status().ok() && cluster.device_memory_bytes == 0) {
     r.Fail("device_memory_bytes", "is 0; give each device's memory in bytes, e.g. 85899345920 for 80 GiB");
   }
-  if (r.status().ok() && cluster.device_memory_bytes < kMinMemory) {
+  if (r.status().ok() && cluster.device_memory_bytes < kMinDeviceMemoryBytes) {
     const std::string given = std::to_string(cluster.device_memory_bytes);
     r.Fail("device_memory_bytes", "is " + given + " bytes, less than 64 KiB; the unit is bytes: did you mean " + given +
                                       " GiB (" + std::to_string(cluster.device_memory_bytes << 30) + ")?");

@@ -18,6 +18,8 @@
 namespace gpipe {
 
 inline constexpr const char* kClusterFormat = "gpipe-cluster/1";
+/// Less device memory than this is a unit mistake (GiB written as bytes), not a real device.
+inline constexpr int64_t kMinDeviceMemoryBytes = int64_t{1} << 16;
 
 struct Link {
   double bandwidth_bytes_per_s = 0;

@@ -1,26 +1,50 @@
 #include "core/files.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 namespace gpipe {
+namespace {
+
+/// Writes all of `contents` to a new file `tmp` and flushes it to the disk; on failure the
+/// message names the system's reason (ENOSPC: "No space left on device") and `tmp` is removed.
+Status WriteAndSync(const std::string& path, const std::string& tmp, const std::string& contents) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::Invalid(path + ": cannot write " + tmp + ": " + std::strerror(errno) +
+                           " (does the directory exist and is it writable?)");
+  }
+  const char* data = contents.data();
+  size_t left = contents.size();
+  int error = 0;
+  while (left > 0 && error == 0) {
+    const ssize_t wrote = ::write(fd, data, left);
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) {
+      error = wrote < 0 ? errno : ENOSPC;
+    } else {
+      data += wrote;
+      left -= static_cast<size_t>(wrote);
+    }
+  }
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error == 0) return Status::Ok();
+  ::unlink(tmp.c_str());
+  return Status::Invalid(path + ": write error on " + tmp + " after " + std::to_string(contents.size() - left) +
+                         " of " + std::to_string(contents.size()) + " bytes: " + std::strerror(error) +
+                         " (is the disk full?); " + path + " is as it was");
+}
+
+}  // namespace
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
   const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) {
-      return Status::Invalid(path + ": cannot write " + tmp +
-                             " (does the directory exist and is it writable?)");
-    }
-    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
-    out.close();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(tmp, ignored);
-      return Status::Invalid(path + ": write error on " + tmp + " (is the disk full?)");
-    }
-  }
+  GPIPE_RETURN_IF_ERROR(WriteAndSync(path, tmp, contents));
   std::error_code error;
   std::filesystem::rename(tmp, path, error);
   if (error) {

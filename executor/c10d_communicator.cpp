@@ -1,6 +1,12 @@
 #include "executor/c10d_communicator.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <vector>
@@ -133,6 +139,39 @@ class C10dCommunicator final : public Communicator {
   int gathers_ = 0;
 };
 
+// The store's listening socket, bound to master_addr itself: c10d's own server binds every
+// interface whatever the address, so a loopback job would be reachable from the network.
+Expected<int> ListenOn(const std::string& address, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int error = ::getaddrinfo(address.c_str(), service.c_str(), &hints, &found); error != 0) {
+    return Status::Invalid("cannot resolve the rendezvous address " + address + ": " + ::gai_strerror(error));
+  }
+  std::string why = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = std::strerror(errno);
+      continue;
+    }
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 2048) == 0) {
+      ::freeaddrinfo(found);
+      return fd;
+    }
+    why = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return Status::Invalid("cannot listen on " + address + ":" + service + ": " + why +
+                         " (is the port taken? give another with --master-port)");
+}
+
 }  // namespace
 
 bool NcclCompiledIn() {
@@ -167,6 +206,11 @@ Expected<std::unique_ptr<Communicator>> ConnectC10d(const RendezvousOptions& opt
     store_options.numWorkers = options.world_size;
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
+    if (store_options.isServer) {
+      Expected<int> fd = ListenOn(options.master_addr, options.master_port);
+      if (!fd.ok()) return Status::Invalid("rank 0: " + fd.status().message());
+      store_options.masterListenFd = *fd;
+    }
     auto store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
     return std::unique_ptr<Communicator>(std::make_unique<C10dCommunicator>(store, options));
   } catch (const std::exception& e) {

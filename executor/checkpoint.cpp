@@ -30,7 +30,9 @@ Status SaveRankState(const std::string& dir, int step, int rank, std::vector<Sta
   std::error_code error;
   fs::create_directories(StepDir(dir, step), error);
   if (error) return Status::Invalid(dir + ": cannot create the checkpoint directory: " + error.message());
-  const std::string tmp = path + ".tmp";
+  // Serialized in memory first: torch's file writer finishes the file in its destructor, where a
+  // failed write (a full disk) aborts the process; our own writer reports it and keeps the old file.
+  std::string bytes;
   try {
     torch::serialize::OutputArchive archive;
     for (StageSetup& stage : stages) {
@@ -41,14 +43,18 @@ Status SaveRankState(const std::string& dir, int step, int rank, std::vector<Sta
     torch::serialize::OutputArchive optimizer_archive;
     optimizer.save(optimizer_archive);
     archive.write("optimizer", optimizer_archive);
-    archive.save_to(tmp);
+    archive.save_to([&bytes](const void* data, size_t size) {
+      bytes.append(static_cast<const char*>(data), size);
+      return size;
+    });
   } catch (const std::exception& e) {
-    fs::remove(tmp, error);
-    return Status::Invalid(path + ": could not write the checkpoint (is the disk full?): " + e.what());
+    return Status::Invalid(path + ": could not serialize the checkpoint: " + e.what());
   }
-  fs::rename(tmp, path, error);
-  if (error) return Status::Invalid(path + ": cannot rename " + tmp + " over it: " + error.message());
-  return Status::Ok();
+  const Status written = WriteFileAtomically(path, bytes);
+  if (written.ok()) return written;
+  return Status::Invalid(written.message() + "; the checkpoint of step " + std::to_string(step) +
+                         " is not committed, and " + (fs::path(dir) / "latest").string() +
+                         " still names the last complete one");
 }
 
 Status CommitCheckpoint(const std::string& dir, const CheckpointInfo& info) {

@@ -79,6 +79,15 @@ const Row kRows[] = {
     {{"simulate", "{source}/profiles/plans"}, kExitFailure,
      "gpipe-plan simulate: {source}/profiles/plans: is a directory; give the path of a JSON file\n"},
     {{"simulate"}, kExitUsage, "gpipe-plan: PLAN is required\n(run 'gpipe-plan --help' for usage)\n"},
+    {Plan({"--global-batch", "64", "--memory", "80"}), kExitFailure,
+     "gpipe-plan plan: --memory: 80 is 80 bytes, less than 64 KiB; a bare number is bytes: did you mean 80GiB? (or MiB, "
+     "GB, ...)\n"},
+    {{"simulat", "plan.json"}, kExitUsage,
+     "gpipe-plan: unknown subcommand \"simulat\"; known: plan, simulate, run, profile, profile-links, compare, calibrate, "
+     "validate; did you mean \"simulate\"?\n(run 'gpipe-plan --help' for usage)\n"},
+    {{"plan.json"}, kExitUsage,
+     "gpipe-plan: unknown subcommand \"plan.json\"; known: plan, simulate, run, profile, profile-links, compare, "
+     "calibrate, validate\n(run 'gpipe-plan --help' for usage)\n"},
 };
 // clang-format on
 

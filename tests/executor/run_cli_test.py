@@ -136,6 +136,41 @@ def resume_other_plan_refused(binary, tmp):
     assert "is of another plan or model" in result.stderr and "M=4" in result.stderr, result.stderr
 
 
+def checkpoint_disk_full(binary, tmp):
+    """A checkpoint write that fails midway (the disk full, simulated by a file-size limit: the
+    kernel refuses the write as it would on a full disk) fails the run with the reason, leaves the
+    previous checkpoint as `latest` and loadable, and no half-written file; a resume continues
+    from it with the losses of an uninterrupted run."""
+    import resource
+    p = plan(binary, tmp, "p")
+    full = os.path.join(tmp, "full.json")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "4", "--record", full])
+    ckpt = os.path.join(tmp, "ckpt")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "2", "--checkpoint-dir", ckpt, "--checkpoint-every", "1"])
+    step2 = os.path.join(ckpt, "step-2")
+    before = {name: open(os.path.join(step2, name), "rb").read() for name in os.listdir(step2)}
+    assert min(len(b) for name, b in before.items() if name.endswith(".pt")) > 300_000, before.keys()
+
+    def disk_full():  # in the launcher, inherited by the ranks: writes past 300 KB fail with EFBIG
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+
+    result = sh([binary, "run", p, "--model", MODEL, "--steps", "4", "--checkpoint-dir", ckpt, "--checkpoint-every",
+                 "1", "--resume"], check=False, preexec_fn=disk_full)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "write error on" in result.stderr and "File too large" in result.stderr, result.stderr
+    assert "terminate called" not in result.stderr and "Aborted" not in result.stderr, result.stderr
+    assert open(os.path.join(ckpt, "latest")).read().strip() == "step-2"
+    assert {name: open(os.path.join(step2, name), "rb").read() for name in os.listdir(step2)} == before
+    leftovers = [f for _, _, files in os.walk(ckpt) for f in files if f.endswith(".tmp")]
+    assert leftovers == [], leftovers
+    resumed = os.path.join(tmp, "resumed.json")
+    sh([binary, "run", p, "--model", MODEL, "--steps", "4", "--checkpoint-dir", ckpt, "--resume", "--record", resumed])
+    a, b = losses(record(full))[2:], losses(record(resumed))
+    assert len(b) == 2 and all(abs(x - y) <= 1e-6 for x, y in zip(a, b)), (a, b)
+    print("the failed run said:\n" + "\n".join(l for l in result.stderr.splitlines() if "write error" in l or "rank" in l))
+
+
 def rank_killed(binary, tmp):
     """Killing one rank mid-run stops the others within the timeout, and the launcher names it."""
     p = plan(binary, tmp, "p")
@@ -159,6 +194,45 @@ def rank_killed(binary, tmp):
     assert waited < 25, f"the other rank took {waited:.1f} s to stop"
     assert sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.strip() == ""
     print(f"launcher exited {waited:.2f} s after the kill:\n{err}")
+
+
+def listening_sockets(pid):
+    """The local addresses (hex, as /proc/net shows them) on which process `pid` listens."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                found.append(fields[1])
+    return found
+
+
+def rendezvous_on_loopback(binary, tmp):
+    """By default every socket the ranks listen on (the c10d store, Gloo) is bound to loopback."""
+    p = plan(binary, tmp, "p")
+    launcher = subprocess.Popen([binary, "run", p, "--model", MODEL, "--steps", "100000"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    children = []
+    while time.monotonic() < deadline and len(children) < 2:
+        children = sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.split()
+        time.sleep(0.1)
+    time.sleep(3)  # past the rendezvous, training
+    addresses = [a for pid in children for a in listening_sockets(pid)]
+    launcher.send_signal(signal.SIGINT)
+    _, err = launcher.communicate(timeout=60)
+    assert len(children) == 2 and addresses, (children, addresses, err)
+    loopback = ("0100007F:", "00000000000000000000000001000000:")  # 127.0.0.1, ::1
+    assert all(a.startswith(loopback) for a in addresses), addresses
+    print(f"{len(addresses)} listening sockets, all on loopback: {addresses}")
 
 
 def interrupted_launcher(binary, tmp):
@@ -268,7 +342,7 @@ def validate_compare_calibrate(binary, tmp):
 
 
 CASES = {f.__name__: f for f in [two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
-                                  resume_other_plan_refused, rank_killed, interrupted_launcher, bad_input,
+                                  resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
 
 if __name__ == "__main__":
