@@ -39,6 +39,9 @@ class ValidateCommand : public Command {
                                                     "held out and judged (none: judge the uncalibrated prediction)")
         ->delimiter(',');
     app.add_option("--steps", steps_, "Training steps per run (the first is left out)")->check(CLI::Range(2, 1 << 20));
+    app.add_option("--rounds", rounds_, "Runs of every configuration, interleaved (round 1 runs them all, then "
+                                        "round 2, ...); each is judged on its fastest round")
+        ->check(CLI::Range(1, 100));
     app.add_option("--repeats", repeats_, "Profiler repeats per layer")->check(CLI::Range(1, 100000));
     app.add_option("--out-dir", out_dir_, "Keep the profile, plans, run records and calibrated cluster here");
     app.add_flag("--no-planner-check", no_planner_check_, "Do not run the planner's own choice");
@@ -49,8 +52,9 @@ class ValidateCommand : public Command {
         "  gpipe-plan validate --model models/tiny-gpt.json --cluster C.json --stages 1,2 --microbatches 2,8 \\\n"
         "      --schedules gpipe --remat off --calibrate-on 2 --steps 4 --json\n"
         "Each configuration is planned with its dimensions pinned, run for real (one process per rank) and\n"
-        "compared; step times are medians over the steps after the first. Errors are (predicted - measured) /\n"
-        "measured; the summary covers the held-out configurations only.");
+        "compared. Each round runs every configuration once; a configuration's measured step time is the median\n"
+        "over the steps after the first of its fastest round (a slow spell of a shared machine only slows runs).\n"
+        "Errors are (predicted - measured) / measured; the summary covers the held-out configurations only.");
   }
 
   int Run(std::ostream& out, std::ostream& err) override {
@@ -88,29 +92,39 @@ class ValidateCommand : public Command {
     Expected<Profile> profile = ProfileFor(*model, matrix, dir, err);
     if (!profile.ok()) return Fail(err, "validate", profile.status());
 
-    // Plan and run every configuration.
-    std::vector<CalibrationRun> runs;
-    std::vector<ValidationConfig> ran;
-    for (size_t i = 0; i < matrix.size(); ++i) {
-      const ValidationConfig& config = matrix[i];
+    // Plan every configuration, then run them all, round after round.
+    std::vector<std::string> plans;
+    for (const ValidationConfig& config : matrix) {
       SearchRequest request = Request(*profile, *cluster);
       request.ranks = config.stages;
       request.replicas = 1;
       request.microbatches = config.microbatches;
       request.schedule = config.schedule;
       request.remat = config.remat;
-      Expected<CalibrationRun> run = PlanAndRun(request, dir + config.Name(), err);
-      if (!run.ok()) return Fail(err, "validate", run.status().WithContext(config.Name()));
-      err << Sprintf("[%zu/%zu] %-22s measured %.2f ms per step\n", i + 1, matrix.size(), config.Name().c_str(),
-                     Median(StepTimes(run->record)));
-      runs.push_back(std::move(*run));
-      ran.push_back(config);
+      Expected<std::string> plan = WritePlan(request, dir + config.Name());
+      if (!plan.ok()) return Fail(err, "validate", plan.status().WithContext(config.Name()));
+      plans.push_back(*plan);
     }
+    const std::vector<ValidationConfig>& ran = matrix;
+    std::vector<std::vector<CalibrationRun>> runs(matrix.size());
+    for (int round = 0; round < rounds_; ++round) {
+      for (size_t i = 0; i < matrix.size(); ++i) {
+        const std::string name = matrix[i].Name();
+        Expected<CalibrationRun> run = RunPlan(plans[i], RoundStem(dir + name, round), err);
+        if (!run.ok()) return Fail(err, "validate", run.status().WithContext(name));
+        err << Sprintf("[%zu/%zu] round %d/%d %-22s measured %.2f ms per step\n", i + 1, matrix.size(), round + 1,
+                       rounds_, name.c_str(), Median(StepTimes(*run)));
+        runs[i].push_back(std::move(*run));
+      }
+    }
+    // Each configuration's fastest round: a slow spell of a shared machine only ever slows a run.
+    std::vector<const CalibrationRun*> fastest(matrix.size());
+    for (size_t i = 0; i < matrix.size(); ++i) fastest[i] = &Fastest(runs[i]);
 
-    // Calibrate on the chosen runs; judge everything with and without it.
+    // Calibrate on the chosen configurations' fastest rounds; judge everything with and without it.
     std::vector<CalibrationRun> fitted;
     for (size_t i = 0; i < ran.size(); ++i) {
-      if (ran[i].calibration) fitted.push_back(runs[i]);
+      if (ran[i].calibration) fitted.push_back(*fastest[i]);
     }
     Cluster calibrated = *cluster;
     std::vector<std::string> notes;
@@ -124,7 +138,7 @@ class ValidateCommand : public Command {
     }
     std::vector<ValidationResult> results;
     for (size_t i = 0; i < ran.size(); ++i) {
-      CalibrationRun run = runs[i];
+      CalibrationRun run = *fastest[i];
       Expected<Comparison> before = Compare(run.plan, run.record);
       run.plan.cluster = calibrated;
       Expected<Comparison> after = Compare(run.plan, run.record);
@@ -136,6 +150,7 @@ class ValidateCommand : public Command {
       r.measured_ms = after->measured_step_ms;
       r.measured_spread_ms = after->measured_step_spread_ms;
       r.error = after->StepError();
+      for (const CalibrationRun& each : runs[i]) r.round_ms.push_back(Median(StepTimes(each)));
       r.memory_error = after->PeakMemoryError();
       for (const RankComparison& rank : after->ranks) {
         r.predicted_peak_bytes = std::max(r.predicted_peak_bytes, rank.predicted_peak_bytes);
@@ -150,9 +165,16 @@ class ValidateCommand : public Command {
     // The planner's own choice on the calibrated cluster, run, against the best measured.
     std::string choice_text;
     if (!no_planner_check_) {
-      Expected<CalibrationRun> chosen = PlanAndRun(Request(*profile, calibrated), dir + "planner-choice", err);
-      if (!chosen.ok()) return Fail(err, "validate", chosen.status().WithContext("the planner's choice"));
-      const double measured = Median(StepTimes(chosen->record));
+      Expected<std::string> chosen_plan = WritePlan(Request(*profile, calibrated), dir + "planner-choice");
+      if (!chosen_plan.ok()) return Fail(err, "validate", chosen_plan.status().WithContext("the planner's choice"));
+      std::vector<CalibrationRun> chosen_runs;
+      for (int round = 0; round < rounds_; ++round) {
+        Expected<CalibrationRun> run = RunPlan(*chosen_plan, RoundStem(dir + "planner-choice", round), err);
+        if (!run.ok()) return Fail(err, "validate", run.status().WithContext("the planner's choice"));
+        chosen_runs.push_back(std::move(*run));
+      }
+      const CalibrationRun* chosen = &Fastest(chosen_runs);
+      const double measured = Median(StepTimes(*chosen));
       const auto best = std::min_element(results.begin(), results.end(),
                                          [](const auto& a, const auto& b) { return a.measured_ms < b.measured_ms; });
       const Plan& plan = chosen->plan;
@@ -180,10 +202,24 @@ class ValidateCommand : public Command {
 
  private:
 #ifdef GPIPE_WITH_TORCH
-  static std::vector<double> StepTimes(const RunRecord& record) {
+  // The step times after the run's first.
+  static std::vector<double> StepTimes(const CalibrationRun& run) {
     std::vector<double> times;
-    for (size_t i = record.steps.size() > 1 ? 1 : 0; i < record.steps.size(); ++i) times.push_back(record.steps[i].time_ms);
+    const std::vector<StepRecord>& steps = run.record.steps;
+    for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) times.push_back(steps[i].time_ms);
     return times;
+  }
+
+  // The run with the smallest median step time (REQUIRES: not empty).
+  static const CalibrationRun& Fastest(const std::vector<CalibrationRun>& runs) {
+    return *std::min_element(runs.begin(), runs.end(), [](const CalibrationRun& a, const CalibrationRun& b) {
+      return Median(StepTimes(a)) < Median(StepTimes(b));
+    });
+  }
+
+  // Round 1 keeps the configuration's own name; later rounds add ".round<N>".
+  static std::string RoundStem(const std::string& stem, int round) {
+    return round == 0 ? stem : stem + ".round" + std::to_string(round + 1);
   }
 
   SearchRequest Request(const Profile& profile, const Cluster& cluster) const {
@@ -216,16 +252,23 @@ class ValidateCommand : public Command {
     return profile;
   }
 
-  // Plans `request`, writes `<stem>.plan.json`, runs it and reads back `<stem>.run.json`.
-  Expected<CalibrationRun> PlanAndRun(const SearchRequest& request, const std::string& stem, std::ostream& err) const {
+  // Plans `request` and writes `<stem>.plan.json`; returns its path.
+  static Expected<std::string> WritePlan(const SearchRequest& request, const std::string& stem) {
     Expected<SearchResult> result = SearchPlans(request);
     if (!result.ok()) return result.status();
     if (!result->best) return Status::Invalid("no plan fits the cluster's memory");
-    const std::string plan_path = stem + ".plan.json", record_path = stem + ".run.json";
+    const std::string plan_path = stem + ".plan.json";
     GPIPE_RETURN_IF_ERROR(WriteFileAtomically(plan_path, PlanReportJson(*result).dump(1) + "\n"));
-    const Plan& plan = result->best->plan;
+    return plan_path;
+  }
+
+  // Runs the plan at `plan_path` and reads back `<stem>.run.json` (the ranks' output: `<stem>.log`).
+  Expected<CalibrationRun> RunPlan(const std::string& plan_path, const std::string& stem, std::ostream& err) const {
+    const std::string record_path = stem + ".run.json";
+    Expected<Plan> plan = LoadPlan(plan_path);
+    if (!plan.ok()) return plan.status();
     executor::LaunchOptions launch;
-    launch.world_size = plan.num_ranks() * plan.replicas;
+    launch.world_size = plan->num_ranks() * plan->replicas;
     launch.master_port = executor::FreeLoopbackPort();
     launch.argv = {executor::SelfExecutable(), "run", plan_path, "--model", model_path_, "--steps", std::to_string(steps_),
                    "--threads-per-rank", "1", "--record", record_path, "--timeout", "120"};
@@ -244,7 +287,7 @@ class ValidateCommand : public Command {
   int64_t global_batch_ = 64;
   std::vector<int> stages_ = {1, 2}, microbatches_ = {1, 2, 4, 8, 16}, calibrate_on_ = {2, 16};
   std::vector<std::string> schedules_ = {"gpipe", "1f1b"}, remat_ = {"off", "on"};
-  int steps_ = 10, repeats_ = 10;
+  int steps_ = 10, repeats_ = 20, rounds_ = 3;
   bool no_planner_check_ = false, json_ = false;
 };
 

@@ -69,6 +69,54 @@ struct ComputeSample {
   double measured_ms;
 };
 
+// One ranks-per-node count's compute fit: measured = scale x profiled + overheads per action.
+struct ComputeFit {
+  double scale = 1, forward_ms = 0, backward_ms = 0;
+  double squares = 0;  // sum of squared residuals
+  bool scales_only = false;
+};
+
+ComputeFit FitCompute(const std::vector<ComputeSample>& samples) {
+  std::vector<bool> use_overhead = {true, true};
+  std::vector<double> x;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    std::vector<std::vector<double>> a;
+    std::vector<double> b;
+    for (const ComputeSample& s : samples) {
+      a.push_back({s.base_ms, use_overhead[0] ? static_cast<double>(s.forwards) : 0.0,
+                   use_overhead[1] ? static_cast<double>(s.backwards) : 0.0});
+      b.push_back(s.measured_ms);
+    }
+    x = LeastSquares(a, b, {false, !use_overhead[0], !use_overhead[1]}, 1.0);
+    bool changed = false;
+    for (int k = 0; k < 2; ++k) {
+      if (use_overhead[k] && x[1 + k] < 0) use_overhead[k] = false, changed = true;
+    }
+    if (!changed) break;
+  }
+  ComputeFit fit;
+  // Noisy records of too few sizes can make the scale come out nonsensical: then fit the scale
+  // alone, as a ratio (overheads 0).
+  if (!(x[0] > 0.05) || !std::isfinite(x[0])) {
+    double pd = 0, pp = 0;
+    for (const ComputeSample& s : samples) {
+      pd += s.base_ms * s.measured_ms;
+      pp += s.base_ms * s.base_ms;
+    }
+    x = {pd / pp, 0.0, 0.0};
+    use_overhead = {false, false};
+    fit.scales_only = true;
+  }
+  fit.scale = x[0];
+  fit.forward_ms = use_overhead[0] ? x[1] : 0.0;
+  fit.backward_ms = use_overhead[1] ? x[2] : 0.0;
+  for (const ComputeSample& s : samples) {
+    const double predicted = fit.scale * s.base_ms + s.forwards * fit.forward_ms + s.backwards * fit.backward_ms;
+    fit.squares += (predicted - s.measured_ms) * (predicted - s.measured_ms);
+  }
+  return fit;
+}
+
 }  // namespace
 
 Expected<CalibrationFit> FitCalibration(const std::vector<CalibrationRun>& runs) {
@@ -159,78 +207,50 @@ Expected<CalibrationFit> FitCalibration(const std::vector<CalibrationRun>& runs)
   }
   if (compute.empty()) return Status::Invalid("the run records hold no compute actions after their first steps");
 
-  // Compute: unknowns scale per ranks-per-node value present, then the two overheads.
+  // Compute: for each ranks-per-node count present, its scale and its two overheads (ranks that
+  // share a node slow each other's small actions more than their large ones).
   std::vector<int> groups;
   for (const ComputeSample& s : compute) {
     if (std::find(groups.begin(), groups.end(), s.ranks_per_node) == groups.end()) groups.push_back(s.ranks_per_node);
   }
   std::sort(groups.begin(), groups.end());
-  const size_t g = groups.size();
-  std::vector<bool> use_overhead = {true, true};
-  std::vector<double> x;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    std::vector<std::vector<double>> a;
-    std::vector<double> b;
-    for (const ComputeSample& s : compute) {
-      std::vector<double> row(g + 2, 0.0);
-      row[std::find(groups.begin(), groups.end(), s.ranks_per_node) - groups.begin()] = s.base_ms;
-      if (use_overhead[0]) row[g] = s.forwards;
-      if (use_overhead[1]) row[g + 1] = s.backwards;
-      a.push_back(row);
-      b.push_back(s.measured_ms);
-    }
-    std::vector<bool> ridged(g + 2, false);
-    ridged[g] = !use_overhead[0];
-    ridged[g + 1] = !use_overhead[1];
-    x = LeastSquares(a, b, ridged, 1.0);
-    bool changed = false;
-    for (int k = 0; k < 2; ++k) {
-      if (use_overhead[k] && x[g + k] < 0) use_overhead[k] = false, changed = true;
-    }
-    if (!changed) break;
-  }
-  // Noisy records of too few sizes can make a scale come out nonsensical: then fit the scales
-  // alone, as ratios (overheads 0).
-  if (std::any_of(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(g), [](double v) { return !(v > 0.05) || !std::isfinite(v); })) {
-    use_overhead = {false, false};
-    for (size_t i = 0; i < g; ++i) {
-      double pd = 0, pp = 0;
-      for (const ComputeSample& s : compute) {
-        if (s.ranks_per_node != groups[i]) continue;
-        pd += s.base_ms * s.measured_ms;
-        pp += s.base_ms * s.base_ms;
-      }
-      x[i] = pd / pp;
-    }
-    fit.notes.push_back("compute: the overheads could not be told apart from the scales (too few micro-batch sizes?); "
-                        "scales fitted alone");
-  }
+  std::vector<ComputeFit> fits;
   double squares = 0;
-  for (const ComputeSample& s : compute) {
-    const size_t i = std::find(groups.begin(), groups.end(), s.ranks_per_node) - groups.begin();
-    const double predicted = x[i] * s.base_ms + (use_overhead[0] ? s.forwards * x[g] : 0.0) +
-                             (use_overhead[1] ? s.backwards * x[g + 1] : 0.0);
-    squares += (predicted - s.measured_ms) * (predicted - s.measured_ms);
+  for (const int group : groups) {
+    std::vector<ComputeSample> mine;
+    for (const ComputeSample& s : compute) {
+      if (s.ranks_per_node == group) mine.push_back(s);
+    }
+    fits.push_back(FitCompute(mine));
+    squares += fits.back().squares;
+    if (fits.back().scales_only) {
+      fit.notes.push_back(Sprintf("compute, %d rank%s per node: the overheads could not be told apart from the scale "
+                                  "(too few micro-batch sizes?); scale fitted alone", group, group == 1 ? "" : "s"));
+    }
   }
   fit.compute_samples = static_cast<int>(compute.size());
   fit.compute_rms_ms = std::sqrt(squares / static_cast<double>(compute.size()));
   Calibration& c = fit.calibration;
   c.compute_scale.assign(groups.back(), 1.0);
+  c.forward_overhead_ms.assign(groups.back(), 0.0);
+  c.backward_overhead_ms.assign(groups.back(), 0.0);
   for (int n = 1; n <= groups.back(); ++n) {
     // Ranks per node not measured take the nearest measured count below (or above).
-    size_t best = 0;
-    for (size_t i = 0; i < g; ++i) {
-      if (groups[i] <= n) best = i;
+    size_t nearest = 0;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (groups[i] <= n) nearest = i;
     }
-    c.compute_scale[n - 1] = x[best];
+    c.compute_scale[n - 1] = fits[nearest].scale;
+    c.forward_overhead_ms[n - 1] = fits[nearest].forward_ms;
+    c.backward_overhead_ms[n - 1] = fits[nearest].backward_ms;
   }
-  c.forward_overhead_ms = use_overhead[0] ? x[g] : 0.0;
-  c.backward_overhead_ms = use_overhead[1] ? x[g + 1] : 0.0;
-  std::string scales;
-  for (size_t i = 0; i < g; ++i) scales += Sprintf("%s%.3f with %d rank%s per node", i ? ", " : "", x[i], groups[i], groups[i] == 1 ? "" : "s");
-  fit.notes.push_back(Sprintf("compute: scale %s; overhead %.3f ms per forward, %.3f ms per backward (%d samples, rms "
-                              "residual %.3f ms)", scales.c_str(), c.forward_overhead_ms, c.backward_overhead_ms,
-                              fit.compute_samples, fit.compute_rms_ms));
+  std::string parts;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    parts += Sprintf("%s%d rank%s per node: scale %.3f, %.3f ms per forward, %.3f ms per backward", i ? "; " : "",
+                     groups[i], groups[i] == 1 ? "" : "s", fits[i].scale, fits[i].forward_ms, fits[i].backward_ms);
+  }
+  fit.notes.push_back(Sprintf("compute: %s (%d samples, rms residual %.3f ms)", parts.c_str(), fit.compute_samples,
+                              fit.compute_rms_ms));
 
   c.send_overhead_ms = Median(sends);
   fit.notes.push_back(Sprintf("sends: %.3f ms each (median of %zu)", c.send_overhead_ms, sends.size()));

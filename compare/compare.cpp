@@ -43,25 +43,6 @@ std::string OpLabel(Op op, int stage) { return std::string(OpName(op)) + " of st
 
 }  // namespace
 
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
-
-double HalfIqr(std::vector<double> values) {
-  if (values.size() < 2) return 0;
-  std::sort(values.begin(), values.end());
-  const auto at = [&](double q) {
-    const double x = q * static_cast<double>(values.size() - 1);
-    const size_t i = static_cast<size_t>(x);
-    const double f = x - static_cast<double>(i);
-    return i + 1 < values.size() ? values[i] * (1 - f) + values[i + 1] * f : values[i];
-  };
-  return 0.5 * (at(0.75) - at(0.25));
-}
-
 double Comparison::PeakMemoryError() const {
   double worst = 0;
   for (const RankComparison& r : ranks) {

@@ -16,6 +16,7 @@
 
 #include "core/plan.h"
 #include "core/run_record.h"
+#include "core/statistics.h"
 #include "core/status.h"
 #include "simulator/trace.h"
 
@@ -70,8 +71,5 @@ Expected<Comparison> Compare(const Plan& plan, const RunRecord& record);
 std::string ComparisonTable(const Comparison& c);
 nlohmann::json ComparisonToJson(const Comparison& c);
 
-/// The median and half the interquartile range of `values` (0, 0 when empty).
-double Median(std::vector<double> values);
-double HalfIqr(std::vector<double> values);
 
 }  // namespace gpipe

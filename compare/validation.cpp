@@ -60,12 +60,15 @@ ValidationSummary Summarize(const std::vector<ValidationResult>& results) {
 }
 
 std::string ValidationTable(const std::vector<ValidationResult>& results, const ValidationSummary& summary) {
-  std::string out = Sprintf("%-22s %-9s %12s %12s %16s %8s %16s %8s\n", "configuration", "role", "uncalibrated",
-                            "predicted", "measured", "error", "peak memory", "error");
+  std::string out = Sprintf("%-22s %-9s %12s %12s %16s %8s %16s %8s  %s\n", "configuration", "role", "uncalibrated",
+                            "predicted", "measured", "error", "peak memory", "error", "rounds (ms)");
   for (const ValidationResult& r : results) {
-    out += Sprintf("%-22s %-9s %9.2f ms %9.2f ms %9.2f ±%4.1f ms %+7.1f%% %16s %+7.1f%%\n", r.config.Name().c_str(),
+    std::string rounds;
+    for (const double ms : r.round_ms) rounds += (rounds.empty() ? "" : " ") + Sprintf("%.0f", ms);
+    out += Sprintf("%-22s %-9s %9.2f ms %9.2f ms %9.2f ±%4.1f ms %+7.1f%% %16s %+7.1f%%  %s\n", r.config.Name().c_str(),
                    r.config.calibration ? "fit" : "held out", r.uncalibrated_ms, r.predicted_ms, r.measured_ms,
-                   r.measured_spread_ms, 100 * r.error, FormatBytes(r.measured_peak_bytes).c_str(), 100 * r.memory_error);
+                   r.measured_spread_ms, 100 * r.error, FormatBytes(r.measured_peak_bytes).c_str(), 100 * r.memory_error,
+                   rounds.c_str());
   }
   out += Sprintf("\nheld out: %d configurations; step time |error| median %.1f%%, largest %.1f%% (uncalibrated: median "
                  "%.1f%%, largest %.1f%%); peak memory |error| largest %.1f%%\n",
@@ -88,6 +91,7 @@ nlohmann::json ValidationToJson(const std::vector<ValidationResult>& results, co
                        {"predicted_ms", r.predicted_ms},
                        {"measured_ms", r.measured_ms},
                        {"measured_spread_ms", r.measured_spread_ms},
+                       {"round_ms", r.round_ms},
                        {"error", r.error},
                        {"predicted_peak_memory_bytes", r.predicted_peak_bytes},
                        {"measured_peak_memory_bytes", r.measured_peak_bytes},

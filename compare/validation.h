@@ -38,6 +38,8 @@ struct ValidationResult {
   double predicted_ms = 0;
   double measured_ms = 0;
   double measured_spread_ms = 0;
+  /// The median step time of each round run (measured_ms is the smallest).
+  std::vector<double> round_ms;
   double predicted_peak_bytes = 0;  // the largest rank's
   double measured_peak_bytes = 0;
   /// (predicted - measured) / measured; the memory one is the rank with the largest |error|.

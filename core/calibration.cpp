@@ -2,15 +2,57 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "core/json_reader.h"
 
 namespace gpipe {
 
-double Calibration::ComputeScale(int ranks_per_node) const {
-  if (compute_scale.empty()) return 1.0;
+namespace {
+
+// Entry ranks_per_node - 1 of a per-ranks-per-node list; past the end the last; empty: `none`.
+double PerNodeCount(const std::vector<double>& values, int ranks_per_node, double none) {
+  if (values.empty()) return none;
   const size_t i = static_cast<size_t>(std::max(ranks_per_node, 1)) - 1;
-  return compute_scale[std::min(i, compute_scale.size() - 1)];
+  return values[std::min(i, values.size() - 1)];
+}
+
+// A list per ranks-per-node count: an array of numbers at least `least`, or one number for all.
+std::vector<double> ReadPerNodeCount(ObjectReader& r, const nlohmann::json& object, const char* key, double least,
+                                     const char* meaning) {
+  std::vector<double> values;
+  if (!r.Has(key)) return values;
+  if (object.at(key).is_number()) {
+    const std::optional<double> one = r.OptionalNumber(key, least);
+    if (one) values.push_back(*one);
+    return values;
+  }
+  if (!object.at(key).is_array()) {
+    r.Fail(key, "expected a number, or an array of numbers with one per count of ranks on a node, got " +
+                    Describe(object.at(key)));
+    return values;
+  }
+  const nlohmann::json* list = r.Array(key);
+  for (size_t i = 0; list != nullptr && i < list->size(); ++i) {
+    const nlohmann::json& v = (*list)[i];
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < least ||
+        (least > 0 && v.get<double>() == least)) {
+      r.Fail(key, "[" + std::to_string(i) + "] is " + Describe(v) + "; each entry is " + meaning);
+      break;
+    }
+    values.push_back(v.get<double>());
+  }
+  return values;
+}
+
+}  // namespace
+
+double Calibration::ComputeScale(int ranks_per_node) const { return PerNodeCount(compute_scale, ranks_per_node, 1.0); }
+double Calibration::ForwardOverheadMs(int ranks_per_node) const {
+  return PerNodeCount(forward_overhead_ms, ranks_per_node, 0.0);
+}
+double Calibration::BackwardOverheadMs(int ranks_per_node) const {
+  return PerNodeCount(backward_overhead_ms, ranks_per_node, 0.0);
 }
 
 double Calibration::TailMs(double param_bytes) const {
@@ -34,8 +76,9 @@ Expected<Calibration> CalibrationFromJson(const nlohmann::json& json, const std:
       c.compute_scale.push_back(s.get<double>());
     }
   }
-  c.forward_overhead_ms = r.OptionalNumber("forward_overhead_ms", 0.0).value_or(0.0);
-  c.backward_overhead_ms = r.OptionalNumber("backward_overhead_ms", 0.0).value_or(0.0);
+  const char* overhead = "the milliseconds each action pays with that many ranks on a node, a number at least 0";
+  c.forward_overhead_ms = ReadPerNodeCount(r, json, "forward_overhead_ms", 0.0, overhead);
+  c.backward_overhead_ms = ReadPerNodeCount(r, json, "backward_overhead_ms", 0.0, overhead);
   c.send_overhead_ms = r.OptionalNumber("send_overhead_ms", 0.0).value_or(0.0);
   c.step_overhead_ms = r.OptionalNumber("step_overhead_ms", 0.0).value_or(0.0);
   c.optimizer_ms_per_gib = r.OptionalNumber("optimizer_ms_per_gib", 0.0).value_or(0.0);

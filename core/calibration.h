@@ -18,9 +18,10 @@ struct Calibration {
   /// Compute times are multiplied by compute_scale[n - 1] when n ranks of the plan share a node;
   /// past the end, by the last entry. Empty: 1.
   std::vector<double> compute_scale;
-  /// Added to every forward action, and to every backward action (B, I and W each).
-  double forward_overhead_ms = 0;
-  double backward_overhead_ms = 0;
+  /// Added to every forward action, and to every backward action (B, I and W each), with n ranks
+  /// of the plan on a node: entry n - 1 (past the end, the last entry; empty: 0).
+  std::vector<double> forward_overhead_ms;
+  std::vector<double> backward_overhead_ms;
   /// A send occupies its rank this long before its message goes on the link.
   double send_overhead_ms = 0;
   /// After its last action (and all-reduce) each rank spends step_overhead_ms plus
@@ -34,6 +35,8 @@ struct Calibration {
   std::string source;
 
   double ComputeScale(int ranks_per_node) const;
+  double ForwardOverheadMs(int ranks_per_node) const;
+  double BackwardOverheadMs(int ranks_per_node) const;
   /// After the last action, for a rank holding `param_bytes` of parameters.
   double TailMs(double param_bytes) const;
 };

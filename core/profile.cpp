@@ -21,6 +21,8 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   layer.param_bytes = r.Bytes("param_bytes");
   layer.activation_bytes = r.Bytes("activation_bytes");
   layer.output_bytes = r.Bytes("output_bytes");
+  layer.forward_workspace_bytes = r.OptionalBytes("forward_workspace_bytes", 0);
+  layer.backward_workspace_bytes = r.OptionalBytes("backward_workspace_bytes", 0);
   if (r.status().ok() && layer.backward_weight_ms && *layer.backward_weight_ms > layer.backward_ms) {
     r.Fail("backward_weight_ms", "is " + std::to_string(*layer.backward_weight_ms) +
                                      ", more than backward_ms (" + std::to_string(layer.backward_ms) +
@@ -86,6 +88,8 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                         {"activation_bytes", layer.activation_bytes},
                         {"output_bytes", layer.output_bytes}};
     if (layer.backward_weight_ms) l["backward_weight_ms"] = *layer.backward_weight_ms;
+    if (layer.forward_workspace_bytes != 0) l["forward_workspace_bytes"] = layer.forward_workspace_bytes;
+    if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
     layers.push_back(std::move(l));
   }
   json["layers"] = std::move(layers);

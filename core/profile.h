@@ -29,6 +29,11 @@ struct LayerProfile {
   int64_t activation_bytes = 0;
   /// Bytes of the tensor sent to the next layer, one micro-batch.
   int64_t output_bytes = 0;
+  /// Transient bytes, one micro-batch: what the forward allocates beyond what it keeps
+  /// (activation_bytes), and what the backward allocates beyond what it starts with (gradients
+  /// and temporaries, freed by its end). Optional in the file (0: not measured).
+  int64_t forward_workspace_bytes = 0;
+  int64_t backward_workspace_bytes = 0;
 };
 
 struct Profile {

@@ -30,6 +30,8 @@ std::map<int64_t, std::pair<int64_t, std::vector<LayerProfile>>> Points(const Pr
         if (l.contains("backward_weight")) layer.backward_weight_ms = l.at("backward_weight").at("median_ms").get<double>();
         layer.activation_bytes = l.at("activation_bytes").get<int64_t>();
         layer.output_bytes = l.at("output_bytes").get<int64_t>();
+        layer.forward_workspace_bytes = l.value("forward_workspace_bytes", int64_t{0});
+        layer.backward_workspace_bytes = l.value("backward_workspace_bytes", int64_t{0});
         read.push_back(layer);
       }
       points[size] = {m.value("input_bytes", profile.input_bytes), std::move(read)};
@@ -80,6 +82,8 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
       if (l.backward_weight_ms) *l.backward_weight_ms *= scale;
       l.activation_bytes = std::llround(static_cast<double>(l.activation_bytes) * scale);
       l.output_bytes = std::llround(static_cast<double>(l.output_bytes) * scale);
+      l.forward_workspace_bytes = std::llround(static_cast<double>(l.forward_workspace_bytes) * scale);
+      l.backward_workspace_bytes = std::llround(static_cast<double>(l.backward_workspace_bytes) * scale);
     }
     out.input_bytes = std::llround(static_cast<double>(out.input_bytes) * scale);
     const std::string how = "the profile measured micro-batches of " + sizes + " only; times and activations for " +
@@ -106,6 +110,8 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
     }
     l.activation_bytes = MixBytes(a[i].activation_bytes, b[i].activation_bytes, t);
     l.output_bytes = MixBytes(a[i].output_bytes, b[i].output_bytes, t);
+    l.forward_workspace_bytes = MixBytes(a[i].forward_workspace_bytes, b[i].forward_workspace_bytes, t);
+    l.backward_workspace_bytes = MixBytes(a[i].backward_workspace_bytes, b[i].backward_workspace_bytes, t);
   }
   out.input_bytes = MixBytes(lo->second.first, hi->second.first, t);
   const std::string how = std::string(outside ? "extrapolated" : "interpolated") + " linearly to micro-batches of " +

@@ -7,7 +7,9 @@
 #include <ATen/cuda/CUDAEvent.h>
 #endif
 
+#include "core/statistics.h"
 #include "executor/data.h"
+#include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
 
@@ -43,19 +45,11 @@ nlohmann::json TimingJson(const Timing& t) { return {{"median_ms", t.median_ms},
 
 }  // namespace
 
-Timing Summarize(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const auto at = [&](double q) {
-    const double pos = q * static_cast<double>(samples.size() - 1);
-    const size_t lo = static_cast<size_t>(pos);
-    const size_t hi = std::min(lo + 1, samples.size() - 1);
-    return samples[lo] + (samples[hi] - samples[lo]) * (pos - static_cast<double>(lo));
-  };
-  return {at(0.5), (at(0.75) - at(0.25)) / 2};
-}
+Timing Summarize(std::vector<double> samples) { return {Median(samples), HalfIqr(samples)}; }
 
 Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, const ProfileSettings& settings) {
   at::set_num_threads(settings.threads);
+  KeepFreedHostMemory();
   MemoryMeter meter(settings.device);
   Expected<int> count = CountLayers(model);
   if (!count.ok()) return count.status();
@@ -80,18 +74,34 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
       for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::Tensor();
     }
   };
-  std::vector<SizeMeasurement> sizes;
-  for (const int64_t b : settings.microbatch_sizes) {
+  // Every size is measured in every round, so that a slow spell of a shared machine falls on
+  // all sizes alike.
+  struct SizeState {
     SizeMeasurement size;
-    size.microbatch_size = b;
-    Batch batch = data->GlobalBatch(0, b);
-    batch = {batch.input.to(settings.device), batch.target.to(settings.device)};
-    size.input_bytes = static_cast<int64_t>(batch.input.nbytes());
-    std::vector<std::vector<double>> f(n), bwd(n), input_grad(n);
+    Batch batch;
+    std::vector<std::vector<double>> f, bwd, input_grad;
     std::vector<double> whole;
-    std::vector<torch::Tensor> output_grads(n);
-    size.layers.resize(static_cast<size_t>(n));
-    for (int round = 0; round < rounds; ++round) {
+  };
+  std::vector<SizeState> states;
+  for (const int64_t b : settings.microbatch_sizes) {
+    SizeState state;
+    state.size.microbatch_size = b;
+    const Batch batch = data->GlobalBatch(0, b);
+    state.batch = {batch.input.to(settings.device), batch.target.to(settings.device)};
+    state.size.input_bytes = static_cast<int64_t>(state.batch.input.nbytes());
+    state.f.resize(static_cast<size_t>(n));
+    state.bwd.resize(static_cast<size_t>(n));
+    state.input_grad.resize(static_cast<size_t>(n));
+    state.size.layers.resize(static_cast<size_t>(n));
+    states.push_back(std::move(state));
+  }
+  for (int round = 0; round < rounds; ++round) {
+    for (SizeState& state : states) {
+      const int64_t b = state.size.microbatch_size;
+      SizeMeasurement& size = state.size;
+      const Batch& batch = state.batch;
+      std::vector<std::vector<double>>& f = state.f, &bwd = state.bwd, &input_grad = state.input_grad;
+      std::vector<double>& whole = state.whole;
       const bool keep = round >= settings.warmup;
       for (const bool input_only : {false, true}) {
         std::vector<torch::Tensor> ins(n), outs(n);
@@ -101,6 +111,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
           ins[i] = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
           const int64_t before = meter.CurrentBytes();
+          meter.ResetPeak();
           const double ms = TimeMs(settings.device, [&] {
             outs[i] = layer.Forward(ins[i]);
             if (i + 1 == n) outs[i] = LossOf(model, outs[i], batch.target);
@@ -109,10 +120,19 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
             m.name = layer.name();
             m.param_bytes = BytesOf(layer.Parameters());
             m.activation_bytes = meter.CurrentBytes() - before;
+            m.forward_workspace_bytes = std::max<int64_t>(0, meter.PeakBytes() - meter.CurrentBytes());
             m.output_bytes = static_cast<int64_t>(outs[i].nbytes());
           }
           if (keep && !input_only) f[i].push_back(ms);
           x = outs[i];
+        }
+        // The workspace is measured with every weight's gradient already there, as in training
+        // from a step's second micro-batch on: the backward adds into it through a temporary.
+        const bool measure_workspace = round == 0 && !input_only;
+        if (measure_workspace) {
+          for (auto& layer : layers) {
+            for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::zeros_like(p);
+          }
         }
         torch::Tensor grad;  // of the current layer's output; none for the loss
         for (int i = n - 1; i >= 0; --i) {
@@ -120,6 +140,8 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           torch::Tensor next_grad;
           double ms = 0;
           if (outs[i].requires_grad()) {
+            const int64_t before = meter.CurrentBytes();
+            meter.ResetPeak();
             ms = TimeMs(settings.device, [&] {
               if (input_only) {
                 if (ins[i].requires_grad()) next_grad = torch::autograd::grad({outs[i]}, {ins[i]}, grads, false, false, true)[0];
@@ -128,6 +150,10 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
                 if (ins[i].requires_grad()) next_grad = ins[i].grad();
               }
             });
+            if (measure_workspace) {
+              size.layers[static_cast<size_t>(i)].backward_workspace_bytes =
+                  std::max<int64_t>(0, meter.PeakBytes() - before);
+            }
           }
           if (keep) (input_only ? input_grad : bwd)[i].push_back(ms);
           grad = next_grad.defined() ? next_grad : (i > 0 ? torch::zeros_like(outs[i - 1]) : torch::Tensor());
@@ -146,6 +172,11 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
                                              " (micro-batch " + std::to_string(b) + ")");
       }
     }
+  }
+  std::vector<SizeMeasurement> sizes;
+  for (SizeState& state : states) {
+    SizeMeasurement& size = state.size;
+    const std::vector<std::vector<double>>& f = state.f, &bwd = state.bwd, &input_grad = state.input_grad;
     for (int i = 0; i < n; ++i) {
       LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
       m.forward = Summarize(f[i]);
@@ -157,7 +188,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
       m.backward_weight = Summarize(weight);
       m.backward_weight.median_ms = std::min(m.backward_weight.median_ms, m.backward.median_ms);
     }
-    size.whole_model = Summarize(whole);
+    size.whole_model = Summarize(state.whole);
     sizes.push_back(std::move(size));
   }
   return sizes;
@@ -181,6 +212,8 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.param_bytes = m.param_bytes;
     layer.activation_bytes = m.activation_bytes;
     layer.output_bytes = m.output_bytes;
+    layer.forward_workspace_bytes = m.forward_workspace_bytes;
+    layer.backward_workspace_bytes = m.backward_workspace_bytes;
     profile.layers.push_back(layer);
   }
   nlohmann::json measurements = nlohmann::json::array();
@@ -195,7 +228,9 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
                         {"backward_weight", TimingJson(m.backward_weight)},
                         {"param_bytes", m.param_bytes},
                         {"activation_bytes", m.activation_bytes},
-                        {"output_bytes", m.output_bytes}});
+                        {"output_bytes", m.output_bytes},
+                        {"forward_workspace_bytes", m.forward_workspace_bytes},
+                        {"backward_workspace_bytes", m.backward_workspace_bytes}});
     }
     measurements.push_back({{"microbatch_size", size.microbatch_size},
                             {"input_bytes", size.input_bytes},
@@ -211,7 +246,9 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       "measurements); each round runs the layers in order as one-layer stages (forward with autograd "
       "recording, the last layer including the loss), then their backwards in reverse, then the whole model; "
       "backward_weight_ms is the backward minus an input-gradient-only backward; activation_bytes is what the forward leaves allocated "
-      "while its graph lives, output included.";
+      "while its graph lives, output included; forward_workspace_bytes is the forward's peak above that, "
+      "backward_workspace_bytes the backward's peak above what it starts with (every weight's gradient "
+      "already allocated, as from a step's second micro-batch on).";
   return profile;
 }
 

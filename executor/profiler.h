@@ -45,6 +45,9 @@ struct LayerMeasurement {
   int64_t param_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t output_bytes = 0;
+  /// Peak during the forward above what it leaves; peak during the backward above its start.
+  int64_t forward_workspace_bytes = 0;
+  int64_t backward_workspace_bytes = 0;
 };
 
 struct SizeMeasurement {

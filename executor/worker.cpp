@@ -9,6 +9,7 @@
 #include "core/schedule/validate.h"
 #include "core/text.h"
 #include "executor/c10d_communicator.h"
+#include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/local_communicator.h"
 
@@ -139,6 +140,7 @@ Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& 
   Expected<Schedule> schedule = CheckRunnable(plan, model, env.world_size);
   if (!schedule.ok()) return schedule.status();
   at::set_num_threads(settings.threads_per_rank);
+  KeepFreedHostMemory();
   const bool cuda = settings.device == "cuda";
   if (cuda && !torch::cuda::is_available()) {
     return Status::Invalid("--device cuda: this machine has no usable GPU (or LibTorch has no CUDA); use --device cpu");

@@ -34,11 +34,18 @@ struct StageCost {
   double output_bytes = 0;
   /// Parameters, gradients and optimizer state.
   double static_bytes = 0;
+  /// Transient bytes while a forward / a backward runs, on top of what the memory model holds
+  /// (the largest over the stage's layers; a backward's includes the gradient passed between its
+  /// layers). Freed when the action ends.
+  double forward_workspace_bytes = 0;
+  double backward_workspace_bytes = 0;
   /// The executor keeps every tensor the stage sends until the step ends (Gloo; calibrated).
   bool sends_held = false;
 
-  /// Activations kept from the forward until the backward.
-  double stash_bytes() const { return remat ? input_bytes : activation_bytes; }
+  /// Kept from the forward until the backward: the activations and the stage's input, which the
+  /// first layer's graph holds (a profile's activation_bytes counts what a layer allocates, not
+  /// its input); under remat only the input.
+  double stash_bytes() const { return remat ? input_bytes : activation_bytes + input_bytes; }
   /// The forward pass recomputed before a backward (0 without remat).
   double recompute_ms() const { return remat ? forward_ms : 0.0; }
 };

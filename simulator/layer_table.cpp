@@ -10,8 +10,8 @@ LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer
     : profile_(&profile),
       scale_(scale),
       time_scale_(calibration != nullptr ? scale * calibration->ComputeScale(ranks_per_node) : scale),
-      forward_overhead_ms_(calibration != nullptr ? calibration->forward_overhead_ms : 0.0),
-      backward_overhead_ms_(calibration != nullptr ? calibration->backward_overhead_ms : 0.0),
+      forward_overhead_ms_(calibration != nullptr ? calibration->ForwardOverheadMs(ranks_per_node) : 0.0),
+      backward_overhead_ms_(calibration != nullptr ? calibration->BackwardOverheadMs(ranks_per_node) : 0.0),
       sends_held_(calibration != nullptr && calibration->sends_held),
       factor_(StaticBytesPerParamByte(optimizer)) {
   const int layers = profile.num_layers();
@@ -55,6 +55,13 @@ void LayerTable::StageBuilder::Extend() {
   input_gradient_ += layer.backward_ms - weight;
   activation_ += static_cast<double>(layer.activation_bytes);
   params_ += static_cast<double>(layer.param_bytes);
+  forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));
+  if (end_ > first_) {
+    const LayerProfile& before = table_->profile_->layers[end_ - 1];
+    inner_backward_workspace_ =
+        std::max(inner_backward_workspace_, last_backward_workspace_ + static_cast<double>(before.output_bytes));
+  }
+  last_backward_workspace_ = static_cast<double>(layer.backward_workspace_bytes);
   ++end_;
 }
 
@@ -72,6 +79,8 @@ StageCost LayerTable::StageBuilder::Cost(bool remat) const {
   c.output_bytes = table_->OutputBytes(end_ - 1);
   c.static_bytes = params_ * table_->factor_;
   c.sends_held = table_->sends_held_;
+  c.forward_workspace_bytes = forward_workspace_ * table_->scale_;
+  c.backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
   return c;
 }
 

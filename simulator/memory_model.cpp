@@ -13,6 +13,8 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_start.input_buffers = 1;
       break;
     case Op::kForward:
+      e.at_start.forward_workspaces = 1;
+      e.at_end.forward_workspaces = -1;
       e.at_start.stash = 1;
       e.at_start.input_buffers = received_input ? -1 : 0;
       e.at_start.in_flight = 1;
@@ -21,6 +23,8 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_start.gradient_buffers = 1;
       break;
     case Op::kBackward:
+      e.at_start.backward_workspaces = 1;
+      e.at_end.backward_workspaces = -1;
       e.at_start.recompute = recompute;
       e.at_end.stash = -1;
       e.at_end.recompute = -recompute;
@@ -28,10 +32,14 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_end.in_flight = -1;
       break;
     case Op::kBackwardInput:
+      e.at_start.backward_workspaces = 1;
+      e.at_end.backward_workspaces = -1;
       e.at_start.recompute = recompute;
       e.at_end.gradient_buffers = -gradient_buffer;
       break;
     case Op::kBackwardWeight:
+      e.at_start.backward_workspaces = 1;
+      e.at_end.backward_workspaces = -1;
       e.at_end.stash = -1;
       e.at_end.recompute = -recompute;
       e.at_end.in_flight = -1;
@@ -50,7 +58,9 @@ namespace {
 
 MemoryChange Bytes(const MemoryCounts& n, const StageCost& c) {
   MemoryChange change;
-  change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.activation_bytes;
+  change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.activation_bytes +
+                            n.forward_workspaces * c.forward_workspace_bytes +
+                            n.backward_workspaces * c.backward_workspace_bytes;
   change.buffer_bytes = n.gradient_buffers * c.output_bytes + n.input_buffers * c.input_bytes;
   if (c.sends_held) change.buffer_bytes += n.sent_outputs * c.output_bytes + n.sent_inputs * c.input_bytes;
   change.in_flight = n.in_flight;
@@ -115,8 +125,9 @@ namespace gpipe {
 
 // Pricing replays the walk this many times before it builds the set of maximal vectors.
 constexpr int kWalksBeforeBuild = 8;
-// Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs.
-constexpr int kCounts = 6;
+// Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs,
+// forward and backward workspaces.
+constexpr int kCounts = 8;
 
 MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   std::vector<int> slot(schedule.num_stages(), -1);
@@ -129,7 +140,8 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   changes_.reserve(2 * schedule.ranks[rank].size());
   int in_flight = 0;
   const auto record = [&](const MemoryCounts& n, int at) {
-    const int deltas[kCounts] = {n.stash, n.recompute, n.gradient_buffers, n.input_buffers, n.sent_outputs, n.sent_inputs};
+    const int deltas[kCounts] = {n.stash,        n.recompute,   n.gradient_buffers,   n.input_buffers,
+                                 n.sent_outputs, n.sent_inputs, n.forward_workspaces, n.backward_workspaces};
     for (int k = 0; k < kCounts; ++k) {
       if (deltas[k] != 0) changes_.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
     }
@@ -145,7 +157,7 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
     // needed, never fewer, and a falling count is only ever priced lower.)
     const MemoryCounts& n = e.at_start;
     if ((n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 || n.sent_outputs > 0 ||
-         n.sent_inputs > 0) &&
+         n.sent_inputs > 0 || n.forward_workspaces > 0 || n.backward_workspaces > 0) &&
         !changes_.empty()) {
       changes_.back().candidate = true;
     }
@@ -210,6 +222,8 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
     price[3] = c.input_bytes;
     price[4] = c.sends_held ? c.output_bytes : 0.0;
     price[5] = c.sends_held ? c.input_bytes : 0.0;
+    price[6] = c.forward_workspace_bytes;
+    price[7] = c.backward_workspace_bytes;
   }
   double best = 0;
   if (!built_) {

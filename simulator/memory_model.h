@@ -6,6 +6,8 @@
 //   F        start: + the stash (activations, or only the input under remat), and the received
 //                     input becomes part of it (- input when a RECV_F precedes)
 //   RECV_B   start: + the stage's output bytes (the incoming gradient's buffer)
+//   F        start: + the forward workspace,   end: - it (what the forward allocates and frees)
+//   B / I / W start: + the backward workspace, end: - it (gradients and temporaries)
 //   B / I    start: + one micro-batch of recomputed activations under remat
 //   B        end:   - the stash, the recomputed activations and the gradient buffer
 //   I        end:   - the gradient buffer;   W end: - the stash and recomputed activations
@@ -27,7 +29,8 @@ namespace gpipe {
 
 /// What an action does to a rank's memory in units of its stage's quantities: stashes
 /// (stash_bytes each), recomputed activations (activation_bytes each), gradient buffers
-/// (output_bytes each) and input buffers (input_bytes each). The byte effect is the dot product;
+/// (output_bytes each), input buffers (input_bytes each), sent tensors when held, and workspaces
+/// (forward_workspace_bytes, backward_workspace_bytes each). The byte effect is the dot product;
 /// the planner keeps the counts to price many stages without walking the list again.
 struct MemoryCounts {
   int stash = 0;
@@ -37,6 +40,9 @@ struct MemoryCounts {
   /// Sent outputs (SEND_F) and sent input gradients (SEND_B), priced only when sends are held.
   int sent_outputs = 0;
   int sent_inputs = 0;
+  /// Forward and backward workspaces (transient: each action frees its own at its end).
+  int forward_workspaces = 0;
+  int backward_workspaces = 0;
   int in_flight = 0;
 };
 
@@ -104,9 +110,9 @@ class MemoryFrontier {
   size_t size() const;
 
  private:
-  // One change of one count (index 4 x slot + {stash, recompute, gradient buffer, input
-  // buffer}); `candidate`: the counts right after it may be the peak (an action's start grew
-  // them, and some count falls before the next such point).
+  // One change of one count (index: kCounts x slot + which count, in MemoryCounts' order);
+  // `candidate`: the counts right after it may be the peak (an action's start grew them, and
+  // some count falls before the next such point).
   struct Change {
     int32_t index;
     int16_t delta;

@@ -22,8 +22,8 @@ const std::string kRoot = GPIPE_SOURCE_DIR "/";
 Calibration TrueCalibration() {
   Calibration c;
   c.compute_scale = {1.0, 1.15};
-  c.forward_overhead_ms = 0.2;
-  c.backward_overhead_ms = 0.3;
+  c.forward_overhead_ms = {0.2, 0.35};
+  c.backward_overhead_ms = {0.3, 0.5};
   c.send_overhead_ms = 0.15;
   c.step_overhead_ms = 1.5;
   c.optimizer_ms_per_gib = 2000;
@@ -155,8 +155,12 @@ TEST(Calibrate, RecoversAKnownCalibration) {
   ASSERT_EQ(c.compute_scale.size(), 2u);
   EXPECT_NEAR(c.compute_scale[0], truth.compute_scale[0], 1e-6);
   EXPECT_NEAR(c.compute_scale[1], truth.compute_scale[1], 1e-6);
-  EXPECT_NEAR(c.forward_overhead_ms, truth.forward_overhead_ms, 1e-6);
-  EXPECT_NEAR(c.backward_overhead_ms, truth.backward_overhead_ms, 1e-6);
+  ASSERT_EQ(c.forward_overhead_ms.size(), 2u);
+  ASSERT_EQ(c.backward_overhead_ms.size(), 2u);
+  for (size_t n = 0; n < 2; ++n) {
+    EXPECT_NEAR(c.forward_overhead_ms[n], truth.forward_overhead_ms[n], 1e-6) << n + 1 << " ranks per node";
+    EXPECT_NEAR(c.backward_overhead_ms[n], truth.backward_overhead_ms[n], 1e-6) << n + 1 << " ranks per node";
+  }
   EXPECT_NEAR(c.send_overhead_ms, truth.send_overhead_ms, 1e-9);
   EXPECT_NEAR(fit->compute_rms_ms, 0.0, 1e-6);
   ASSERT_TRUE(fit->link.has_value());
@@ -177,6 +181,8 @@ TEST(Calibrate, RecoversAKnownCalibration) {
   ASSERT_TRUE(reread.ok()) << reread.status().message();
   ASSERT_TRUE(reread->calibration.has_value());
   EXPECT_EQ(reread->calibration->compute_scale, c.compute_scale);
+  EXPECT_EQ(reread->calibration->forward_overhead_ms, c.forward_overhead_ms);
+  EXPECT_EQ(reread->calibration->backward_overhead_ms, c.backward_overhead_ms);
   EXPECT_EQ(reread->calibration->optimizer_ms_per_gib, c.optimizer_ms_per_gib);
 }
 

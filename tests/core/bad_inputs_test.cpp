@@ -128,6 +128,8 @@ constexpr Format P = Format::kProfile, C = Format::kCluster, L = Format::kPlan, 
 // clang-format off
 const Row kRows[] = {
     // Profiles: times, sizes, names, the file itself.
+    {P, "/layers/1/backward_workspace_bytes", "-5",
+     "profile.json.layers[1].backward_workspace_bytes: expected a number >= 0, got -5"},
     {P, "/layers/1/forward_ms", "-0.5", "profile.json.layers[1].forward_ms: expected a number >= 0, got -0.5"},
     {P, "/layers/1/forward_ms", "NaN",
      "profile.json: not valid JSON: parse error at line 1, column 229: syntax error while parsing value - invalid literal; last read: '\"forward_ms\":N'; JSON has no NaN or Infinity: write a finite number (Python's json.dump writes them unless given allow_nan=False)"},
@@ -198,6 +200,12 @@ const Row kRows[] = {
     {C, "/nodes/inter_node_link", nullptr, "cluster.json.nodes: missing required field \"inter_node_link\""},
     {C, "/links/0/to", "4", "cluster.json.links[0].to: expected a whole number in [0, 3], got 4"},
     {C, "/links/0/to", "0", "cluster.json.links[0].to: is 0, the same device as from; a link joins two devices"},
+    {C, "/calibration", "{\"forward_overhead_ms\": [0.1, -1]}",
+     "cluster.json.calibration.forward_overhead_ms: [1] is -1; each entry is the milliseconds each action pays with "
+     "that many ranks on a node, a number at least 0"},
+    {C, "/calibration", "{\"backward_overhead_ms\": \"0.3ms\"}",
+     "cluster.json.calibration.backward_overhead_ms: expected a number, or an array of numbers with one per count of "
+     "ranks on a node, got \"0.3ms\""},
     {C, "/links/1", "{\"from\": 0, \"to\": 1, \"bandwidth_bytes_per_s\": 1e10, \"latency_ms\": 0.1}",
      "cluster.json.links[1].from: the pair 0 -> 1 is in links[0] already; give each directed pair once"},
     // Plans: schedule, stages, batch, the files they name.

@@ -49,8 +49,8 @@ Cluster RandomCluster(std::mt19937& rng) {
   if (rng() % 2 == 0) {  // calibrated: every term of core/calibration.h
     Calibration c;
     c.compute_scale = {1.0, 1.1 + 0.01 * (rng() % 30)};
-    c.forward_overhead_ms = 0.01 * (rng() % 30);
-    c.backward_overhead_ms = 0.01 * (rng() % 30);
+    c.forward_overhead_ms = {0.01 * (rng() % 30)};
+    c.backward_overhead_ms = {0.01 * (rng() % 30)};
     c.send_overhead_ms = 0.01 * (rng() % 20);
     c.step_overhead_ms = 0.1 * (rng() % 10);
     c.optimizer_ms_per_gib = 100.0 * (rng() % 10);
