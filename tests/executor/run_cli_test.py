@@ -316,13 +316,16 @@ def validate_compare_calibrate(binary, tmp):
     out_dir = os.path.join(tmp, "v")
     result = sh([binary, "validate", "--model", MODEL, "--cluster", CLUSTER, "--profile", PROFILE, "--global-batch", "16",
                  "--stages", "1,2", "--microbatches", "2,4", "--schedules", "gpipe", "--remat", "off",
-                 "--calibrate-on", "2", "--steps", "3", "--out-dir", out_dir, "--json"])
+                 "--calibrate-on", "2", "--steps", "3", "--rounds", "2", "--out-dir", out_dir, "--json"])
     doc = json.loads(result.stdout)
     assert [c["name"] for c in doc["configs"]] == ["k1-m2-gpipe", "k1-m4-gpipe", "k2-m2-gpipe", "k2-m4-gpipe"], doc
     assert [c["held_out"] for c in doc["configs"]] == [False, True, False, True]
     for c in doc["configs"]:
         assert c["predicted_ms"] > 0 and c["measured_ms"] > 0, c
         assert abs(c["error"] - (c["predicted_ms"] - c["measured_ms"]) / c["measured_ms"]) < 1e-9, c
+        # judged on its fastest round of two, both kept
+        assert len(c["round_ms"]) == 2 and abs(c["measured_ms"] - min(c["round_ms"])) < 1e-9, c
+        assert os.path.exists(os.path.join(out_dir, c["name"] + ".round2.run.json")), c
     assert doc["held_out"] == 2 and 0 <= doc["median_abs_error"] <= doc["max_abs_error"], doc
     assert doc["planner_choice"]["measured_ms"] > 0, doc
     calibrated = os.path.join(out_dir, "calibrated-cluster.json")
