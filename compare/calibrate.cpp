@@ -192,7 +192,9 @@ Expected<CalibrationFit> FitCalibration(const std::vector<CalibrationRun>& runs)
       const StageCost& c = costs->stages[stage];
       const bool recomputes = c.remat && (op == Op::kBackward || op == Op::kBackwardInput);
       const int forwards = op == Op::kForward || recomputes ? 1 : 0;
-      if (base > 0) compute.push_back({per_node, forwards, IsBackward(op) ? 1 : 0, base, Median(values)});
+      // Means: a step is a sum of actions, so the occasional stalled action (a rank preempted
+      // by its peer on a shared node) costs its share; the caller picks records free of slow spells.
+      if (base > 0) compute.push_back({per_node, forwards, IsBackward(op) ? 1 : 0, base, Mean(values)});
     }
     for (const StepRecord& s : record.steps) {
       if (s.step == first_step || !last_end.count(s.step)) continue;
@@ -252,8 +254,9 @@ Expected<CalibrationFit> FitCalibration(const std::vector<CalibrationRun>& runs)
   fit.notes.push_back(Sprintf("compute: %s (%d samples, rms residual %.3f ms)", parts.c_str(), fit.compute_samples,
                               fit.compute_rms_ms));
 
-  c.send_overhead_ms = Median(sends);
-  fit.notes.push_back(Sprintf("sends: %.3f ms each (median of %zu)", c.send_overhead_ms, sends.size()));
+  c.send_overhead_ms = Mean(sends);
+  fit.notes.push_back(Sprintf("sends: %.3f ms each (mean of %zu; median %.3f ms)", c.send_overhead_ms, sends.size(),
+                              Median(sends)));
 
   fit.messages = static_cast<int>(message_ms.size());
   if (!message_ms.empty()) {

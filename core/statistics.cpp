@@ -22,6 +22,13 @@ double Quantile(std::vector<double> values, double q) {
 
 double Median(std::vector<double> values) { return Quantile(std::move(values), 0.5); }
 
+double Mean(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  double sum = 0;
+  for (const double v : values) sum += v;
+  return sum / static_cast<double>(values.size());
+}
+
 double HalfIqr(std::vector<double> values) {
   if (values.size() < 2) return 0;
   std::sort(values.begin(), values.end());
