@@ -105,7 +105,6 @@ class ValidateCommand : public Command {
       if (!plan.ok()) return Fail(err, "validate", plan.status().WithContext(config.Name()));
       plans.push_back(*plan);
     }
-    const std::vector<ValidationConfig>& ran = matrix;
     std::vector<std::vector<CalibrationRun>> runs(matrix.size());
     for (int round = 0; round < rounds_; ++round) {
       for (size_t i = 0; i < matrix.size(); ++i) {
@@ -123,8 +122,8 @@ class ValidateCommand : public Command {
 
     // Calibrate on the chosen configurations' fastest rounds; judge everything with and without it.
     std::vector<CalibrationRun> fitted;
-    for (size_t i = 0; i < ran.size(); ++i) {
-      if (ran[i].calibration) fitted.push_back(*fastest[i]);
+    for (size_t i = 0; i < matrix.size(); ++i) {
+      if (matrix[i].calibration) fitted.push_back(*fastest[i]);
     }
     Cluster calibrated = *cluster;
     std::vector<std::string> notes;
@@ -137,14 +136,14 @@ class ValidateCommand : public Command {
       if (!written.ok()) return Fail(err, "validate", written);
     }
     std::vector<ValidationResult> results;
-    for (size_t i = 0; i < ran.size(); ++i) {
+    for (size_t i = 0; i < matrix.size(); ++i) {
       CalibrationRun run = *fastest[i];
       Expected<Comparison> before = Compare(run.plan, run.record);
       run.plan.cluster = calibrated;
       Expected<Comparison> after = Compare(run.plan, run.record);
       if (!before.ok() || !after.ok()) return Fail(err, "validate", (before.ok() ? after : before).status());
       ValidationResult r;
-      r.config = ran[i];
+      r.config = matrix[i];
       r.uncalibrated_ms = before->predicted_step_ms;
       r.predicted_ms = after->predicted_step_ms;
       r.measured_ms = after->measured_step_ms;

@@ -17,13 +17,14 @@ double PerNodeCount(const std::vector<double>& values, int ranks_per_node, doubl
   return values[std::min(i, values.size() - 1)];
 }
 
-// A list per ranks-per-node count: an array of numbers at least `least`, or one number for all.
-std::vector<double> ReadPerNodeCount(ObjectReader& r, const nlohmann::json& object, const char* key, double least,
+// A list per ranks-per-node count of numbers >= 0 (`meaning`: what each entry is), or one number
+// for every count.
+std::vector<double> ReadPerNodeCount(ObjectReader& r, const nlohmann::json& object, const char* key,
                                      const char* meaning) {
   std::vector<double> values;
   if (!r.Has(key)) return values;
   if (object.at(key).is_number()) {
-    const std::optional<double> one = r.OptionalNumber(key, least);
+    const std::optional<double> one = r.OptionalNumber(key, 0.0);
     if (one) values.push_back(*one);
     return values;
   }
@@ -35,8 +36,7 @@ std::vector<double> ReadPerNodeCount(ObjectReader& r, const nlohmann::json& obje
   const nlohmann::json* list = r.Array(key);
   for (size_t i = 0; list != nullptr && i < list->size(); ++i) {
     const nlohmann::json& v = (*list)[i];
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < least ||
-        (least > 0 && v.get<double>() == least)) {
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
       r.Fail(key, "[" + std::to_string(i) + "] is " + Describe(v) + "; each entry is " + meaning);
       break;
     }
@@ -77,8 +77,8 @@ Expected<Calibration> CalibrationFromJson(const nlohmann::json& json, const std:
     }
   }
   const char* overhead = "the milliseconds each action pays with that many ranks on a node, a number at least 0";
-  c.forward_overhead_ms = ReadPerNodeCount(r, json, "forward_overhead_ms", 0.0, overhead);
-  c.backward_overhead_ms = ReadPerNodeCount(r, json, "backward_overhead_ms", 0.0, overhead);
+  c.forward_overhead_ms = ReadPerNodeCount(r, json, "forward_overhead_ms", overhead);
+  c.backward_overhead_ms = ReadPerNodeCount(r, json, "backward_overhead_ms", overhead);
   c.send_overhead_ms = r.OptionalNumber("send_overhead_ms", 0.0).value_or(0.0);
   c.step_overhead_ms = r.OptionalNumber("step_overhead_ms", 0.0).value_or(0.0);
   c.optimizer_ms_per_gib = r.OptionalNumber("optimizer_ms_per_gib", 0.0).value_or(0.0);
