@@ -24,6 +24,7 @@ LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer
     w_[l + 1] = w_[l] + layer.backward_weight_ms.value_or(0.0);
     act_[l + 1] = act_[l] + static_cast<double>(layer.activation_bytes);
     param_[l + 1] = param_[l] + static_cast<double>(layer.param_bytes);
+    workspaces_ = workspaces_ || layer.forward_workspace_bytes != 0 || layer.backward_workspace_bytes != 0;
   }
 }
 
@@ -79,8 +80,10 @@ StageCost LayerTable::StageBuilder::Cost(bool remat) const {
   c.output_bytes = table_->OutputBytes(end_ - 1);
   c.static_bytes = params_ * table_->factor_;
   c.sends_held = table_->sends_held_;
-  c.forward_workspace_bytes = forward_workspace_ * table_->scale_;
-  c.backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
+  if (table_->workspaces_) {
+    c.forward_workspace_bytes = forward_workspace_ * table_->scale_;
+    c.backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
+  }
   return c;
 }
 

@@ -68,6 +68,8 @@ class LayerTable {
   double forward_overhead_ms_ = 0;
   double backward_overhead_ms_ = 0;
   bool sends_held_ = false;
+  // Whether the profile measured workspaces (some layer's is not 0); without, stages have none.
+  bool workspaces_ = false;
   double factor_;
   std::vector<double> f_, b_, w_, act_, param_;
 };

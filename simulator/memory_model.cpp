@@ -126,8 +126,9 @@ namespace gpipe {
 // Pricing replays the walk this many times before it builds the set of maximal vectors.
 constexpr int kWalksBeforeBuild = 8;
 // Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs,
-// forward and backward workspaces.
+// forward and backward workspaces (the last two only in the walk with workspaces).
 constexpr int kCounts = 8;
+constexpr int kCountsWithoutWorkspaces = 6;
 
 MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   std::vector<int> slot(schedule.num_stages(), -1);
@@ -136,14 +137,22 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
     slot[s] = static_cast<int>(stages_.size());
     stages_.push_back(s);
   }
-  width_ = kCounts * stages_.size();
-  changes_.reserve(2 * schedule.ranks[rank].size());
+  Record(schedule, rank, slot, /*workspaces=*/true, with_workspaces_);
+  Record(schedule, rank, slot, /*workspaces=*/false, without_workspaces_);
+}
+
+void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vector<int>& slot, bool workspaces,
+                            Walk& walk) {
+  walk.stride = workspaces ? kCounts : kCountsWithoutWorkspaces;
+  walk.width = static_cast<size_t>(walk.stride) * stages_.size();
+  std::vector<Change>& changes = walk.changes;
+  changes.reserve(2 * schedule.ranks[rank].size());
   int in_flight = 0;
   const auto record = [&](const MemoryCounts& n, int at) {
     const int deltas[kCounts] = {n.stash,        n.recompute,   n.gradient_buffers,   n.input_buffers,
                                  n.sent_outputs, n.sent_inputs, n.forward_workspaces, n.backward_workspaces};
-    for (int k = 0; k < kCounts; ++k) {
-      if (deltas[k] != 0) changes_.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
+    for (int k = 0; k < walk.stride; ++k) {
+      if (deltas[k] != 0) changes.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
     }
     in_flight += n.in_flight;
     max_in_flight_ = std::max(max_in_flight_, in_flight);
@@ -151,96 +160,104 @@ MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   for (const Action& a : schedule.ranks[rank]) {
     const int i = slot[a.stage];
     const SymbolicEffect e = SymbolicEffectOf(a, /*remat=*/true, ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
-    record(e.at_start, kCounts * i);
+    record(e.at_start, walk.stride * i);
     // Frees at an action's end never make a new peak: only the counts after a start that grew.
     // (Without remat a stage's recompute counts add nothing: the candidates are then more than
     // needed, never fewer, and a falling count is only ever priced lower.)
     const MemoryCounts& n = e.at_start;
-    if ((n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 || n.sent_outputs > 0 ||
-         n.sent_inputs > 0 || n.forward_workspaces > 0 || n.backward_workspaces > 0) &&
-        !changes_.empty()) {
-      changes_.back().candidate = true;
-    }
-    record(e.at_end, kCounts * i);
+    const bool grew = n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 ||
+                      n.sent_outputs > 0 || n.sent_inputs > 0 ||
+                      (workspaces && (n.forward_workspaces > 0 || n.backward_workspaces > 0));
+    if (grew && !changes.empty()) changes.back().candidate = true;
+    record(e.at_end, walk.stride * i);
   }
   // A candidate followed by the next one with no count falling in between is covered by it.
   bool fell = true;  // past the last candidate
-  for (size_t k = changes_.size(); k-- > 0;) {
-    if (changes_[k].candidate) {
-      if (!fell) changes_[k].candidate = false;
+  for (size_t k = changes.size(); k-- > 0;) {
+    if (changes[k].candidate) {
+      if (!fell) changes[k].candidate = false;
       fell = false;
     }
-    if (changes_[k].delta < 0) fell = true;
+    if (changes[k].delta < 0) fell = true;
   }
 }
 
-void MemoryFrontier::BuildVectors() const {
+void MemoryFrontier::BuildVectors(const Walk& walk) const {
   // The candidates' count vectors, kept as the set of maximal ones (none is below another in
   // every count), updated as they come: a long walk meets thousands, few are maximal.
   const auto covers = [&](const int* big, const int* small) {
-    for (size_t d = 0; d < width_; ++d) {
+    for (size_t d = 0; d < walk.width; ++d) {
       if (big[d] < small[d]) return false;
     }
     return true;
   };
-  std::vector<int> counts(width_, 0);
-  for (const Change& change : changes_) {
+  std::vector<int>& vectors = walk.vectors;
+  std::vector<int> counts(walk.width, 0);
+  for (const Change& change : walk.changes) {
     counts[change.index] += change.delta;
     if (!change.candidate) continue;
     bool covered = false;
-    for (size_t k = 0; k < vectors_.size() && !covered; k += width_) covered = covers(&vectors_[k], counts.data());
+    for (size_t k = 0; k < vectors.size() && !covered; k += walk.width) covered = covers(&vectors[k], counts.data());
     if (covered) continue;
     // Drop the kept vectors the new one covers, then keep it.
     size_t out = 0;
-    for (size_t k = 0; k < vectors_.size(); k += width_) {
-      if (covers(counts.data(), &vectors_[k])) continue;
-      std::copy(vectors_.begin() + static_cast<std::ptrdiff_t>(k),
-                vectors_.begin() + static_cast<std::ptrdiff_t>(k + width_),
-                vectors_.begin() + static_cast<std::ptrdiff_t>(out));
-      out += width_;
+    for (size_t k = 0; k < vectors.size(); k += walk.width) {
+      if (covers(counts.data(), &vectors[k])) continue;
+      std::copy(vectors.begin() + static_cast<std::ptrdiff_t>(k), vectors.begin() + static_cast<std::ptrdiff_t>(k + walk.width),
+                vectors.begin() + static_cast<std::ptrdiff_t>(out));
+      out += walk.width;
     }
-    vectors_.resize(out);
-    vectors_.insert(vectors_.end(), counts.begin(), counts.end());
+    vectors.resize(out);
+    vectors.insert(vectors.end(), counts.begin(), counts.end());
   }
-  built_ = true;
+  walk.built = true;
 }
 
-size_t MemoryFrontier::size() const {
-  if (!built_) BuildVectors();
-  return vectors_.size() / width_;
+size_t MemoryFrontier::size(bool workspaces) const {
+  const Walk& walk = workspaces ? with_workspaces_ : without_workspaces_;
+  if (!walk.built) BuildVectors(walk);
+  return walk.vectors.size() / walk.width;
 }
 
 double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
-  if (!built_ && ++walks_ > kWalksBeforeBuild) BuildVectors();
-  price_.resize(width_);
+  bool workspaces = false;
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    workspaces = workspaces || costs[i]->forward_workspace_bytes != 0 || costs[i]->backward_workspace_bytes != 0;
+  }
+  const Walk& walk = workspaces ? with_workspaces_ : without_workspaces_;
+  const size_t width = walk.width;
+  price_.resize(width);
   for (size_t i = 0; i < stages_.size(); ++i) {
     const StageCost& c = *costs[i];
-    double* price = &price_[kCounts * i];
+    double* price = &price_[static_cast<size_t>(walk.stride) * i];
     price[0] = c.stash_bytes();
     price[1] = c.remat ? c.activation_bytes : 0.0;
     price[2] = c.output_bytes;
     price[3] = c.input_bytes;
     price[4] = c.sends_held ? c.output_bytes : 0.0;
     price[5] = c.sends_held ? c.input_bytes : 0.0;
-    price[6] = c.forward_workspace_bytes;
-    price[7] = c.backward_workspace_bytes;
+    if (workspaces) {
+      price[6] = c.forward_workspace_bytes;
+      price[7] = c.backward_workspace_bytes;
+    }
   }
+  if (!walk.built && ++walk.walks > kWalksBeforeBuild) BuildVectors(walk);
   double best = 0;
-  if (!built_) {
+  if (!walk.built) {
     // The same dot products as below, priced at each candidate, so both ways give the same bits.
-    counts_.assign(width_, 0);
-    for (const Change& change : changes_) {
+    counts_.assign(width, 0);
+    for (const Change& change : walk.changes) {
       counts_[change.index] += change.delta;
       if (!change.candidate) continue;
       double bytes = 0;
-      for (size_t d = 0; d < width_; ++d) bytes += counts_[d] * price_[d];
+      for (size_t d = 0; d < width; ++d) bytes += counts_[d] * price_[d];
       best = std::max(best, bytes);
     }
     return best;
   }
-  for (size_t k = 0; k < vectors_.size(); k += width_) {
+  for (size_t k = 0; k < walk.vectors.size(); k += width) {
     double bytes = 0;
-    for (size_t d = 0; d < width_; ++d) bytes += vectors_[k + d] * price_[d];
+    for (size_t d = 0; d < width; ++d) bytes += walk.vectors[k + d] * price_[d];
     best = std::max(best, bytes);
   }
   return best;

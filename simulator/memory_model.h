@@ -106,11 +106,12 @@ class MemoryFrontier {
   double PeakDynamicBytes(const std::vector<const StageCost*>& costs) const { return PeakDynamicBytes(costs.data()); }
   /// The same, `costs` pointing at one pointer per stage on the rank.
   double PeakDynamicBytes(const StageCost* const* costs) const;
-  /// The number of count vectors that can be the largest (builds the set).
-  size_t size() const;
+  /// The number of count vectors that can be the largest (builds the set), with workspaces
+  /// counted or not.
+  size_t size(bool workspaces = true) const;
 
  private:
-  // One change of one count (index: kCounts x slot + which count, in MemoryCounts' order);
+  // One change of one count (index: stride x slot + which count, in MemoryCounts' order);
   // `candidate`: the counts right after it may be the peak (an action's start grew them, and
   // some count falls before the next such point).
   struct Change {
@@ -118,15 +119,23 @@ class MemoryFrontier {
     int16_t delta;
     bool candidate;
   };
-  void BuildVectors() const;
+  // The walk, and once priced often its maximal vectors. Two are kept: one with the workspace
+  // counts, and one without, used while every stage's workspaces are zero (profiles that do not
+  // measure them), whose walk is shorter and whose set is smaller.
+  struct Walk {
+    int stride = 0;    // counts per stage: all of MemoryCounts', or those before the workspaces
+    size_t width = 0;  // stride x stages on the rank
+    std::vector<Change> changes;
+    mutable int walks = 0;
+    mutable bool built = false;
+    mutable std::vector<int> vectors;  // vectors of `width` counts, once built
+  };
+  void Record(const Schedule& schedule, int rank, const std::vector<int>& slot, bool workspaces, Walk& walk);
+  void BuildVectors(const Walk& walk) const;
 
   std::vector<int> stages_;
-  size_t width_ = 0;             // kCounts counts per stage on the rank
-  std::vector<Change> changes_;  // the walk
+  Walk with_workspaces_, without_workspaces_;
   int max_in_flight_ = 0;
-  mutable int walks_ = 0;
-  mutable bool built_ = false;
-  mutable std::vector<int> vectors_;  // size() vectors of width_ counts, once built
   mutable std::vector<double> price_;  // scratch: bytes per count
   mutable std::vector<int> counts_;    // scratch: the walk's counts
 };
