@@ -286,7 +286,7 @@ class ValidateCommand : public Command {
   int64_t global_batch_ = 64;
   std::vector<int> stages_ = {1, 2}, microbatches_ = {1, 2, 4, 8, 16}, calibrate_on_ = {2, 16};
   std::vector<std::string> schedules_ = {"gpipe", "1f1b"}, remat_ = {"off", "on"};
-  int steps_ = 10, repeats_ = 20, rounds_ = 3;
+  int steps_ = 10, repeats_ = 20, rounds_ = 5;
   bool no_planner_check_ = false, json_ = false;
 };
 
