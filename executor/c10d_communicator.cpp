@@ -139,8 +139,12 @@ class C10dCommunicator final : public Communicator {
   int gathers_ = 0;
 };
 
-// The store's listening socket, bound to master_addr itself: c10d's own server binds every
-// interface whatever the address, so a loopback job would be reachable from the network.
+bool IsLoopback(const std::string& address) {
+  return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
+}
+
+// The store's listening socket, bound to a loopback master_addr itself: c10d's own server binds
+// every interface whatever the address, so a loopback job would be reachable from the network.
 Expected<int> ListenOn(const std::string& address, int port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -206,7 +210,9 @@ Expected<std::unique_ptr<Communicator>> ConnectC10d(const RendezvousOptions& opt
     store_options.numWorkers = options.world_size;
     store_options.waitWorkers = true;
     store_options.timeout = options.timeout;
-    if (store_options.isServer) {
+    // Another address is left to c10d (every interface): a host name may resolve to a loopback
+    // address on rank 0's own machine and to its real one elsewhere; `run` warns of it.
+    if (store_options.isServer && IsLoopback(options.master_addr)) {
       Expected<int> fd = ListenOn(options.master_addr, options.master_port);
       if (!fd.ok()) return Status::Invalid("rank 0: " + fd.status().message());
       store_options.masterListenFd = *fd;
