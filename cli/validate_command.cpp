@@ -201,13 +201,7 @@ class ValidateCommand : public Command {
 
  private:
 #ifdef GPIPE_WITH_TORCH
-  // The step times after the run's first.
-  static std::vector<double> StepTimes(const CalibrationRun& run) {
-    std::vector<double> times;
-    const std::vector<StepRecord>& steps = run.record.steps;
-    for (size_t i = steps.size() > 1 ? 1 : 0; i < steps.size(); ++i) times.push_back(steps[i].time_ms);
-    return times;
-  }
+  static std::vector<double> StepTimes(const CalibrationRun& run) { return MeasuredStepTimes(run.record.steps); }
 
   // The run with the smallest median step time (REQUIRES: not empty).
   static const CalibrationRun& Fastest(const std::vector<CalibrationRun>& runs) {

@@ -143,9 +143,16 @@ Expected<CalibrationFit> FitCalibration(const std::vector<CalibrationRun>& runs)
     const int first_step = record.steps.size() > 1 ? record.steps.front().step : -1;
     // Compute: per (rank, op, stage), the median over steps and micro-batches.
     std::map<std::tuple<int, Op, int>, std::vector<double>> durations;
-    // Rank records by (replica, pipeline rank), for pairing messages.
-    std::map<std::pair<int, int>, const RankRecord*> by_position;
-    for (const RankRecord& r : record.ranks) by_position[{r.replica, r.pipeline_rank}] = &r;
+    // Each receive by (replica, pipeline rank, step, op, stage, micro-batch), for pairing messages.
+    using ReceiveKey = std::tuple<int, int, int, Op, int, int>;
+    std::map<ReceiveKey, const ActionRecord*> receives;
+    for (const RankRecord& r : record.ranks) {
+      for (const ActionRecord& b : r.actions) {
+        if (IsRecv(b.action.op)) {
+          receives.emplace(ReceiveKey{r.replica, r.pipeline_rank, b.step, b.action.op, b.action.stage, b.action.microbatch}, &b);
+        }
+      }
+    }
     std::map<int, double> last_end, first_start;  // per step
     std::map<int, int> last_rank;                 // per step: the pipeline rank that ended last
     for (const RankRecord& r : record.ranks) {
@@ -160,20 +167,11 @@ Expected<CalibrationFit> FitCalibration(const std::vector<CalibrationRun>& runs)
           const bool gradient = op == Op::kSendGradient;
           const int to_stage = gradient ? a.action.stage - 1 : a.action.stage + 1;
           const Op recv_op = gradient ? Op::kRecvGradient : Op::kRecvActivation;
-          auto peer = by_position.find({r.replica, stage_rank[to_stage]});
-          if (peer != by_position.end()) {
-            for (const ActionRecord& b : peer->second->actions) {
-              if (b.step != a.step || b.action.op != recv_op || b.action.stage != to_stage ||
-                  b.action.microbatch != a.action.microbatch) {
-                continue;
-              }
-              if (b.start_ms <= a.end_ms) {  // the receiver waited: its end is the arrival
-                const StageCost& c = costs->stages[a.action.stage];
-                message_bytes.push_back(gradient ? c.input_bytes : c.output_bytes);
-                message_ms.push_back(b.end_ms - a.end_ms);
-              }
-              break;
-            }
+          const auto b = receives.find({r.replica, stage_rank[to_stage], a.step, recv_op, to_stage, a.action.microbatch});
+          if (b != receives.end() && b->second->start_ms <= a.end_ms) {  // the receiver waited: its end is the arrival
+            const StageCost& c = costs->stages[a.action.stage];
+            message_bytes.push_back(gradient ? c.input_bytes : c.output_bytes);
+            message_ms.push_back(b->second->end_ms - a.end_ms);
           }
         }
         if (!rank_first.count(a.step) || a.start_ms < rank_first[a.step]) rank_first[a.step] = a.start_ms;

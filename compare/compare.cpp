@@ -73,16 +73,9 @@ Expected<Comparison> Compare(const Plan& plan, const RunRecord& record) {
 
   Comparison c;
   c.title = PlanTitle(plan, "predicted vs measured");
-  // The steps compared: all after the first, or the only one.
-  std::vector<int> steps;
-  for (const StepRecord& s : record.steps) {
-    if (record.steps.size() == 1 || s.step != record.steps.front().step) steps.push_back(s.step);
-  }
+  const std::vector<StepRecord> steps = MeasuredSteps(record.steps);
   c.measured_steps = static_cast<int>(steps.size());
-  std::vector<double> step_times;
-  for (const StepRecord& s : record.steps) {
-    if (std::find(steps.begin(), steps.end(), s.step) != steps.end()) step_times.push_back(s.time_ms);
-  }
+  const std::vector<double> step_times = MeasuredStepTimes(record.steps);
   c.predicted_step_ms = sim->step_time_ms;
   c.measured_step_ms = Median(step_times);
   c.measured_step_spread_ms = HalfIqr(step_times);
@@ -99,7 +92,8 @@ Expected<Comparison> Compare(const Plan& plan, const RunRecord& record) {
   std::vector<double> after;
   c.ranks.resize(ranks);
   std::vector<std::vector<RankStep>> measured(ranks);
-  for (int step : steps) {
+  for (const StepRecord& step_record : steps) {
+    const int step = step_record.step;
     double last_end = 0;
     for (int r = 0; r < ranks; ++r) {
       if (by_rank[r] == nullptr) continue;
@@ -112,8 +106,7 @@ Expected<Comparison> Compare(const Plan& plan, const RunRecord& record) {
       measured[r].push_back(Summarize(actions));
       last_end = std::max(last_end, measured[r].back().end);
     }
-    const auto time = std::find_if(record.steps.begin(), record.steps.end(), [&](const StepRecord& s) { return s.step == step; });
-    after.push_back(time->time_ms - last_end);
+    after.push_back(step_record.time_ms - last_end);
   }
   std::vector<std::vector<const ActionTiming*>> simulated(ranks);
   for (const ActionTiming& a : sim->actions) {
@@ -220,7 +213,7 @@ Expected<Comparison> Compare(const Plan& plan, const RunRecord& record) {
   for (auto& f : findings) c.findings.push_back(std::move(f.second));
 
   c.predicted = TimelineFromSim(*sim, "predicted");
-  c.measured = TimelineFromRecord(record, steps.back(), "measured");
+  c.measured = TimelineFromRecord(record, steps.back().step, "measured");
   return c;
 }
 

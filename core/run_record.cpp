@@ -4,6 +4,7 @@
 #include <set>
 
 #include "core/json_reader.h"
+#include "core/statistics.h"
 
 namespace gpipe {
 namespace {
@@ -63,12 +64,18 @@ Expected<ActionRecord> ActionFromJson(const nlohmann::json& json, const std::str
 
 }  // namespace
 
+std::vector<StepRecord> MeasuredSteps(const std::vector<StepRecord>& steps) {
+  return {steps.begin() + (steps.size() > 1 ? 1 : 0), steps.end()};
+}
+
+std::vector<double> MeasuredStepTimes(const std::vector<StepRecord>& steps) {
+  std::vector<double> times;
+  for (const StepRecord& s : MeasuredSteps(steps)) times.push_back(s.time_ms);
+  return times;
+}
+
 double ThroughputOf(const std::vector<StepRecord>& steps, int64_t global_batch) {
-  if (steps.empty()) return 0;
-  const size_t first = steps.size() > 1 ? 1 : 0;
-  double total_ms = 0;
-  for (size_t i = first; i < steps.size(); ++i) total_ms += steps[i].time_ms;
-  const double mean_ms = total_ms / static_cast<double>(steps.size() - first);
+  const double mean_ms = Mean(MeasuredStepTimes(steps));
   return mean_ms > 0 ? static_cast<double>(global_batch) / (mean_ms / 1000.0) : 0;
 }
 

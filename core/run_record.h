@@ -76,6 +76,11 @@ struct RunRecord {
   nlohmann::json extra = nlohmann::json::object();
 };
 
+/// The steps whose times are measured: every one after the first (it warms up), or the only one.
+std::vector<StepRecord> MeasuredSteps(const std::vector<StepRecord>& steps);
+/// Their times.
+std::vector<double> MeasuredStepTimes(const std::vector<StepRecord>& steps);
+
 /// global_batch / mean step time over the steps after the first (all steps if only one).
 double ThroughputOf(const std::vector<StepRecord>& steps, int64_t global_batch);
 

@@ -25,35 +25,22 @@ constexpr std::array<std::pair<InputFormat, const char*>, 5> kNames = {{
     {InputFormat::kRunRecord, "run-record"},
 }};
 
+// A loaded value written back by `write`, or the loader's error.
+template <typename T, typename Write>
+Expected<nlohmann::json> WrittenBack(const Expected<T>& value, Write write) {
+  if (!value.ok()) return value.status();
+  return write(*value);
+}
+
 // The parsed value written back by its writer, or the loader's error.
 Expected<nlohmann::json> ReadAndWrite(InputFormat format, const nlohmann::json& json, const std::string& where,
                                       const std::string& base_dir) {
   switch (format) {
-    case InputFormat::kProfile: {
-      Expected<Profile> value = ProfileFromJson(json, where);
-      if (!value.ok()) return value.status();
-      return ProfileToJson(*value);
-    }
-    case InputFormat::kCluster: {
-      Expected<Cluster> value = ClusterFromJson(json, where);
-      if (!value.ok()) return value.status();
-      return ClusterToJson(*value);
-    }
-    case InputFormat::kPlan: {
-      Expected<Plan> value = PlanFromJson(json, where, base_dir);
-      if (!value.ok()) return value.status();
-      return PlanToJson(*value);
-    }
-    case InputFormat::kModel: {
-      Expected<ModelSpec> value = ModelFromJson(json, where, base_dir);
-      if (!value.ok()) return value.status();
-      return ModelToJson(*value);
-    }
-    case InputFormat::kRunRecord: {
-      Expected<RunRecord> value = RunRecordFromJson(json, where);
-      if (!value.ok()) return value.status();
-      return RunRecordToJson(*value);
-    }
+    case InputFormat::kProfile: return WrittenBack(ProfileFromJson(json, where), ProfileToJson);
+    case InputFormat::kCluster: return WrittenBack(ClusterFromJson(json, where), ClusterToJson);
+    case InputFormat::kPlan: return WrittenBack(PlanFromJson(json, where, base_dir), PlanToJson);
+    case InputFormat::kModel: return WrittenBack(ModelFromJson(json, where, base_dir), ModelToJson);
+    case InputFormat::kRunRecord: return WrittenBack(RunRecordFromJson(json, where), RunRecordToJson);
   }
   return Status::Invalid("unknown format");
 }

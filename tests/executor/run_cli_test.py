@@ -171,20 +171,28 @@ def checkpoint_disk_full(binary, tmp):
     print("the failed run said:\n" + "\n".join(l for l in result.stderr.splitlines() if "write error" in l or "rank" in l))
 
 
+def long_run(binary, tmp, settle, *flags):
+    """A launcher training the two-rank plan for a long time, once both ranks have run for `settle`
+    seconds: (launcher, rank process ids in start order)."""
+    p = plan(binary, tmp, "p")
+    launcher = subprocess.Popen([binary, "run", p, "--model", MODEL, "--steps", "100000", *flags],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    children = []
+    while time.monotonic() < deadline and len(children) < 2:
+        children = sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.split()
+        time.sleep(0.1)
+    if len(children) < 2:
+        launcher.kill()
+        raise AssertionError(f"the launcher did not start two ranks: {children}")
+    time.sleep(settle)
+    return launcher, sorted(children, key=int)
+
+
 def rank_killed(binary, tmp):
     """Killing one rank mid-run stops the others within the timeout, and the launcher names it."""
-    p = plan(binary, tmp, "p")
-    start = time.monotonic()
-    launcher = subprocess.Popen([binary, "run", p, "--model", MODEL, "--steps", "100000", "--timeout", "10"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    victim = None
-    while time.monotonic() - start < 60 and victim is None:
-        children = sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.split()
-        if len(children) == 2:
-            time.sleep(2)  # let them train a little
-            victim = int(sorted(children, key=int)[1])
-        time.sleep(0.1)
-    assert victim is not None, "the launcher did not start two ranks"
+    launcher, children = long_run(binary, tmp, 2, "--timeout", "10")  # let them train a little
+    victim = int(children[1])
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
     _, err = launcher.communicate(timeout=60)
@@ -217,15 +225,7 @@ def listening_sockets(pid):
 
 def rendezvous_on_loopback(binary, tmp):
     """By default every socket the ranks listen on (the c10d store, Gloo) is bound to loopback."""
-    p = plan(binary, tmp, "p")
-    launcher = subprocess.Popen([binary, "run", p, "--model", MODEL, "--steps", "100000"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    children = []
-    while time.monotonic() < deadline and len(children) < 2:
-        children = sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.split()
-        time.sleep(0.1)
-    time.sleep(3)  # past the rendezvous, training
+    launcher, children = long_run(binary, tmp, 3)  # past the rendezvous, training
     addresses = [a for pid in children for a in listening_sockets(pid)]
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
@@ -237,15 +237,7 @@ def rendezvous_on_loopback(binary, tmp):
 
 def interrupted_launcher(binary, tmp):
     """Ctrl-C on the launcher stops every rank; none is left behind."""
-    p = plan(binary, tmp, "p")
-    launcher = subprocess.Popen([binary, "run", p, "--model", MODEL, "--steps", "100000"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    children = []
-    while time.monotonic() < deadline and len(children) < 2:
-        children = sh(["pgrep", "-P", str(launcher.pid)], check=False).stdout.split()
-        time.sleep(0.1)
-    time.sleep(2)
+    launcher, children = long_run(binary, tmp, 2)
     launcher.send_signal(signal.SIGINT)
     _, err = launcher.communicate(timeout=60)
     assert launcher.returncode != 0, err
