@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <ostream>
 #include <sstream>
+#include <thread>
 
 #include "cli/commands.h"
 #include "core/files.h"
@@ -11,6 +12,7 @@
 #include "core/units.h"
 #ifdef GPIPE_WITH_TORCH
 #include "executor/profiler.h"
+#include "executor/step_cost_prober.h"
 #endif
 
 namespace gpipe::cli {
@@ -29,13 +31,19 @@ class ProfileCommand : public Command {
         ->check(CLI::Range(1, 1024));
     app.add_option("--warmup", warmup_, "Unmeasured runs before measuring")->check(CLI::Range(0, 1000));
     app.add_option("--repeats", repeats_, "Measured runs per layer; the median is kept")->check(CLI::Range(1, 100000));
+    app.add_option("--ranks-per-node", ranks_per_node_,
+                   "Measure compute with 1..N ranks computing at once on this node (the plan's ranks per node "
+                   "picks one); default: this machine's cores, at most 8")
+        ->check(CLI::Range(1, 64));
     app.footer(
         "Examples:\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8 -o tiny-gpt-profile.json\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 4,8,16 --repeats 20 -o p.json\n"
         "  gpipe-plan plan --profile tiny-gpt-profile.json --cluster profiles/clusters/cpu-2.json --global-batch 64 -o plan.json\n"
         "Per layer: forward, backward and its weight-gradient part (median of --repeats, spread = half the\n"
-        "interquartile range), parameter, activation (what autograd keeps, measured) and output bytes.");
+        "interquartile range), parameter, activation (what autograd keeps, measured) and output bytes.\n"
+        "Per step (step_costs): the optimizer step per GiB of parameters for sgd, momentum and adam, the\n"
+        "fixed cost of a step, and the slowdown of compute while 1..N ranks share the node.");
   }
 
   int Run(std::ostream& out, std::ostream& err) override {
@@ -63,10 +71,17 @@ class ProfileCommand : public Command {
     };
     Expected<std::vector<executor::SizeMeasurement>> sizes = executor::MeasureModel(*model, settings);
     if (!sizes.ok()) return Fail(err, "profile", sizes.status());
-    const Profile profile = executor::ProfileFromMeasurements(*model, settings, *sizes);
+    Profile profile = executor::ProfileFromMeasurements(*model, settings, *sizes);
+    const int ranks_per_node =
+        ranks_per_node_ > 0 ? ranks_per_node_ : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+    err << "measuring the optimizer, the step's fixed cost and 1.." << ranks_per_node << " ranks per node\n";
+    Expected<StepCosts> step_costs = executor::MeasureStepCosts(*model, settings, ranks_per_node);
+    if (!step_costs.ok()) return Fail(err, "profile", step_costs.status());
+    profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
     if (!written.ok()) return Fail(err, "profile", written);
     for (const executor::SizeMeasurement& size : *sizes) Summary(size, out);
+    StepSummary(*profile.step_costs, out);
     out << "profile written to " << output_path_ << "\n";
     return kExitOk;
 #endif
@@ -74,6 +89,17 @@ class ProfileCommand : public Command {
 
  private:
 #ifdef GPIPE_WITH_TORCH
+  static void StepSummary(const StepCosts& costs, std::ostream& out) {
+    out << "\nper step:";
+    for (const auto& [name, m] : costs.optimizer_ms_per_gib) out << Sprintf(" %s %.1f ±%.1f ms/GiB;", name.c_str(), m.median, m.spread);
+    out << Sprintf(" fixed %.3f ±%.3f ms\ncompute with n ranks on the node, relative to one:", costs.step_overhead_ms.median,
+                   costs.step_overhead_ms.spread);
+    for (size_t n = 0; n < costs.compute_scale.size(); ++n) {
+      out << Sprintf(" %zu: %.3f ±%.3f", n + 1, costs.compute_scale[n].median, costs.compute_scale[n].spread);
+    }
+    out << "\n";
+  }
+
   static void Summary(const executor::SizeMeasurement& size, std::ostream& out) {
     std::vector<const executor::LayerMeasurement*> layers;
     double sum = 0;
@@ -113,7 +139,7 @@ class ProfileCommand : public Command {
 
   std::string model_path_, output_path_, device_ = "cpu";
   std::vector<int64_t> sizes_ = {8};
-  int threads_ = 1, warmup_ = 3, repeats_ = 10;
+  int threads_ = 1, warmup_ = 3, repeats_ = 10, ranks_per_node_ = 0;
 };
 
 }  // namespace

@@ -54,7 +54,8 @@ class ProfileLinksCommand : public Command {
     nlohmann::json json = ClusterToJson(cluster);
     json["source"] = "Measured by gpipe-plan profile-links over " + std::string(device_ == "cuda" ? "NCCL" : "Gloo") +
                      ": one-way time per message size (half the median round trip of " + std::to_string(repeats_) +
-                     "), fitted as latency + bytes / bandwidth per ordered pair; device memory: " +
+                     "), fitted as latency + bytes / bandwidth per ordered pair; allreduce: the gradient all-reduce as the "
+                     "trainer runs it (flatten, sum, copy back) over ranks 0..n-1, rank 0's median; device memory: " +
                      (device_ == "cuda" ? "the GPU's total memory" : "this machine's memory shared by its ranks");
     const Status written = WriteFileAtomically(output_path_, json.dump(1) + "\n");
     if (!written.ok()) return Fail(err, "profile-links", written);
@@ -65,6 +66,12 @@ class ProfileLinksCommand : public Command {
       for (const auto& [bytes, ms] : f.samples) out << " " << FormatBytes(static_cast<double>(bytes)) << ": " << Sprintf("%.4f", ms);
       out << "\n";
     }
+    int group = 0;
+    for (const AllReduceSample& a : cluster.allreduce) {
+      if (a.ranks != group) out << "\nall-reduce over " << (group = a.ranks) << " ranks:";
+      out << " " << FormatBytes(static_cast<double>(a.bytes)) << ": " << Sprintf("%.3f ±%.3f ms", a.ms, a.spread_ms) << ";";
+    }
+    if (group != 0) out << "\n";
     out << "device memory " << FormatBytes(static_cast<double>(cluster.device_memory_bytes)) << " per rank\n";
     out << "cluster written to " << output_path_ << "\n";
     return kExitOk;

@@ -11,7 +11,7 @@ namespace gpipe {
 namespace {
 
 const std::set<std::string> kKnownTop = {"format", "name", "devices", "device_memory_bytes",
-                                         "link", "nodes", "links", "calibration"};
+                                         "link", "nodes", "links", "calibration", "allreduce"};
 
 // Below these, a value is in the wrong unit (GB/s or GiB written as bytes), not a real device.
 constexpr double kMinBandwidth = 1e5;
@@ -103,6 +103,19 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
       cluster.links.push_back(o);
     }
   }
+  if (r.Has("allreduce")) {
+    const nlohmann::json* samples = r.Array("allreduce");
+    for (size_t i = 0; samples != nullptr && i < samples->size() && r.status().ok(); ++i) {
+      ObjectReader a((*samples)[i], r.Where("allreduce") + "[" + std::to_string(i) + "]");
+      AllReduceSample sample;
+      sample.ranks = static_cast<int>(a.Integer("ranks", 2, 1 << 20));
+      sample.bytes = a.Bytes("bytes");
+      sample.ms = a.Number("ms", 0.0);
+      sample.spread_ms = a.OptionalNumber("spread_ms", 0.0).value_or(0.0);
+      r.Fail(a.status());
+      cluster.allreduce.push_back(sample);
+    }
+  }
   if (const nlohmann::json* calibration = r.OptionalObject("calibration")) {
     Expected<Calibration> c = CalibrationFromJson(*calibration, r.Where("calibration"));
     if (c.ok()) cluster.calibration = *c; else r.Fail(c.status());
@@ -136,6 +149,13 @@ nlohmann::json ClusterToJson(const Cluster& cluster) {
     json["links"] = std::move(links);
   }
   if (cluster.calibration) json["calibration"] = CalibrationToJson(*cluster.calibration);
+  if (!cluster.allreduce.empty()) {
+    nlohmann::json samples = nlohmann::json::array();
+    for (const AllReduceSample& a : cluster.allreduce) {
+      samples.push_back({{"ranks", a.ranks}, {"bytes", a.bytes}, {"ms", a.ms}, {"spread_ms", a.spread_ms}});
+    }
+    json["allreduce"] = std::move(samples);
+  }
   return json;
 }
 

@@ -36,6 +36,15 @@ struct LinkOverride {
   Link link;
 };
 
+/// One measured all-reduce (`gpipe-plan profile-links`): `ranks` ranks summing `bytes` of
+/// gradients as the executor does (flattened into one buffer, summed, copied back).
+struct AllReduceSample {
+  int ranks = 2;
+  int64_t bytes = 0;
+  double ms = 0;         // median
+  double spread_ms = 0;  // half the interquartile range
+};
+
 struct Cluster {
   std::string name;
   int devices = 1;
@@ -47,6 +56,9 @@ struct Cluster {
   std::vector<LinkOverride> links;
   /// Fitted by `gpipe-plan calibrate`; absent: the profile and links alone.
   std::optional<Calibration> calibration;
+  /// Measured all-reduces; the simulator prices a group of a measured size from these rather than
+  /// from the links' ring model.
+  std::vector<AllReduceSample> allreduce;
   nlohmann::json extra = nlohmann::json::object();
 
   /// The link that carries messages from device `from` to device `to`.

@@ -9,7 +9,7 @@ namespace gpipe {
 namespace {
 
 const std::set<std::string> kKnownTop = {"format", "model", "device", "microbatch_size",
-                                         "dtype", "input_bytes", "layers"};
+                                         "dtype", "input_bytes", "layers", "step_costs"};
 
 Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::string& where) {
   ObjectReader r(json, where);
@@ -65,6 +65,11 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
     }
     profile.layers.push_back(std::move(*layer));
   }
+  if (json.contains("step_costs")) {
+    Expected<StepCosts> costs = StepCostsFromJson(json.at("step_costs"), r.Where("step_costs"));
+    if (!costs.ok()) return costs.status();
+    profile.step_costs = std::move(*costs);
+  }
   profile.extra = UnknownFields(json, kKnownTop);
   return profile;
 }
@@ -93,6 +98,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
     layers.push_back(std::move(l));
   }
   json["layers"] = std::move(layers);
+  if (profile.step_costs) json["step_costs"] = StepCostsToJson(*profile.step_costs);
   return json;
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "core/step_costs.h"
 
 namespace gpipe {
 
@@ -45,6 +46,9 @@ struct Profile {
   /// Bytes of one micro-batch of the model's input (what the first stage keeps under remat).
   int64_t input_bytes = 0;
   std::vector<LayerProfile> layers;
+  /// What a step costs beyond the layers (optimizer, co-located ranks, per-step overhead), when
+  /// the profiler measured it; without it a prediction leaves those out.
+  std::optional<StepCosts> step_costs;
   /// Fields this build does not interpret, kept so that a rewritten file loses nothing.
   nlohmann::json extra = nlohmann::json::object();
 

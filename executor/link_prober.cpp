@@ -27,6 +27,45 @@ int64_t DeviceMemoryBytes(const std::string& device, int ranks_here) {
   return pages * page / std::max(1, ranks_here);
 }
 
+// The gradient all-reduce of `bytes` over ranks 0..n-1 as SumOverReplicas runs it (executor/trainer.cpp):
+// two gradients flattened into one buffer, summed over the group, copied back; rank 0's median.
+std::vector<AllReduceSample> ProbeAllReduce(Communicator& comm, const torch::Device& device,
+                                            const LinkProbeSettings& settings) {
+  std::vector<AllReduceSample> samples;
+  for (int n = 2; n <= comm.size(); ++n) {
+    std::vector<int> group;
+    for (int r = 0; r < n; ++r) group.push_back(r);
+    for (const int64_t bytes : settings.allreduce_bytes) {
+      if (comm.rank() < n) {
+        const int64_t floats = std::max<int64_t>(2, bytes / 4);
+        std::vector<torch::Tensor> grads = {torch::ones({floats / 2}, device), torch::ones({floats - floats / 2}, device)};
+        const int repeats = bytes >= (int64_t{1} << 24) ? std::max(3, settings.repeats / 4) : settings.repeats;
+        std::vector<double> times;
+        for (int rep = 0; rep < repeats + 1; ++rep) {
+          const double ms = DeviceTimeMs(device, [&] {
+            std::vector<torch::Tensor> pieces;
+            for (const torch::Tensor& g : grads) pieces.push_back(g.reshape({-1}));
+            torch::Tensor flat = torch::cat(pieces);
+            comm.AllReduceSum(flat, group);
+            int64_t offset = 0;
+            for (torch::Tensor& g : grads) {
+              g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
+              offset += g.numel();
+            }
+          });
+          if (rep > 0) times.push_back(ms);  // the first also sets up the group
+        }
+        if (comm.rank() == 0) {
+          const Timing t = Summarize(times);
+          samples.push_back({n, floats * 4, t.median_ms, t.spread_ms});
+        }
+      }
+      comm.Barrier();
+    }
+  }
+  return samples;
+}
+
 }  // namespace
 
 Link FitLink(const std::vector<std::pair<int64_t, double>>& samples) {
@@ -86,6 +125,12 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   } catch (const std::exception& e) {
     return Status::Invalid("rank " + std::to_string(env.rank) + ": probing links: " + e.what());
   }
+  std::vector<AllReduceSample> allreduce;
+  try {
+    allreduce = ProbeAllReduce(**comm, device, settings);
+  } catch (const std::exception& e) {
+    return Status::Invalid("rank " + std::to_string(env.rank) + ": timing the gradient all-reduce: " + e.what());
+  }
   nlohmann::json mine = nlohmann::json::array();
   for (const LinkFit& f : fits) {
     nlohmann::json samples = nlohmann::json::array();
@@ -123,6 +168,7 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   });
   cluster.link = by_bandwidth.empty() ? Link{1e9, 0} : by_bandwidth[by_bandwidth.size() / 2].link;
   for (const LinkFit& f : every) cluster.links.push_back({f.from, f.to, f.link});
+  cluster.allreduce = std::move(allreduce);
   return std::optional<std::pair<Cluster, std::vector<LinkFit>>>(std::make_pair(cluster, every));
 }
 

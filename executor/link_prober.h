@@ -4,6 +4,9 @@
 // largest message (a least-squares fit would let one slow sample of a shared machine skew both). The result
 // is a gpipe-cluster/1 with every pair as a link, the median pair as the default link, and the
 // device memory filled in (the GPU's total memory, or this machine's memory shared by its ranks).
+// Then the gradient all-reduce as the trainer runs it (gradients flattened into one buffer, summed
+// over the group, copied back) for groups of ranks 0..n-1, n = 2..N, across sizes up to 64 MiB:
+// the cluster's "allreduce", which the simulator prices all-reduces from.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@ namespace gpipe::executor {
 
 struct LinkProbeSettings {
   std::vector<int64_t> message_bytes = {1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22};
+  std::vector<int64_t> allreduce_bytes = {1 << 12, 1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26};
   int repeats = 20;
   std::string device = "cpu";
   std::chrono::milliseconds timeout{60000};

@@ -12,13 +12,22 @@
 #include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
+#include "executor/split_backward.h"
 
 namespace gpipe::executor {
 namespace {
 
-// Times `body` on the device: CUDA events on a GPU, a steady clock on the CPU.
-template <typename Body>
-double TimeMs(const torch::Device& device, Body body) {
+int64_t BytesOf(const std::vector<torch::Tensor>& tensors) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
+  return bytes;
+}
+
+nlohmann::json TimingJson(const Timing& t) { return {{"median_ms", t.median_ms}, {"spread_ms", t.spread_ms}}; }
+
+}  // namespace
+
+double DeviceTimeMs(const torch::Device& device, const std::function<void()>& body) {
 #ifdef GPIPE_WITH_CUDA
   if (device.is_cuda()) {
     at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
@@ -34,16 +43,6 @@ double TimeMs(const torch::Device& device, Body body) {
   body();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
-
-int64_t BytesOf(const std::vector<torch::Tensor>& tensors) {
-  int64_t bytes = 0;
-  for (const torch::Tensor& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
-  return bytes;
-}
-
-nlohmann::json TimingJson(const Timing& t) { return {{"median_ms", t.median_ms}, {"spread_ms", t.spread_ms}}; }
-
-}  // namespace
 
 Timing Summarize(std::vector<double> samples) { return {Median(samples), HalfIqr(samples)}; }
 
@@ -61,8 +60,9 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
 
   // Each round runs the model as a pipeline of one-layer stages would: layer by layer, each layer
   // on the detached output of the one before, timing each forward; then each layer's backward in
-  // reverse order (pass A: the whole backward; pass B: the input gradient only, so that the
-  // weight-gradient part is A - B); then the whole model in one piece, to check the sum. Layers see
+  // reverse order (pass A: the whole backward; pass B: split as zero-bubble schedules run it, the
+  // input-gradient pass I and then the weight-gradient pass W, each timed: executor/split_backward.h);
+  // then the whole model in one piece, to check the sum. Layers see
   // the caches they would see in training, and a slow spell of a shared machine hits every
   // measurement of a round alike.
   const int rounds = settings.warmup + settings.repeats;
@@ -79,7 +79,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
   struct SizeState {
     SizeMeasurement size;
     Batch batch;
-    std::vector<std::vector<double>> f, bwd, input_grad;
+    std::vector<std::vector<double>> f, bwd, input_grad, weight_grad;
     std::vector<double> whole;
   };
   std::vector<SizeState> states;
@@ -92,6 +92,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
     state.f.resize(static_cast<size_t>(n));
     state.bwd.resize(static_cast<size_t>(n));
     state.input_grad.resize(static_cast<size_t>(n));
+    state.weight_grad.resize(static_cast<size_t>(n));
     state.size.layers.resize(static_cast<size_t>(n));
     states.push_back(std::move(state));
   }
@@ -100,7 +101,8 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
       const int64_t b = state.size.microbatch_size;
       SizeMeasurement& size = state.size;
       const Batch& batch = state.batch;
-      std::vector<std::vector<double>>& f = state.f, &bwd = state.bwd, &input_grad = state.input_grad;
+      std::vector<std::vector<double>>& f = state.f, &bwd = state.bwd, &input_grad = state.input_grad,
+                                        &weight_grad = state.weight_grad;
       std::vector<double>& whole = state.whole;
       const bool keep = round >= settings.warmup;
       for (const bool input_only : {false, true}) {
@@ -112,7 +114,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           ins[i] = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
           const int64_t before = meter.CurrentBytes();
           meter.ResetPeak();
-          const double ms = TimeMs(settings.device, [&] {
+          const double ms = DeviceTimeMs(settings.device, [&] {
             outs[i] = layer.Forward(ins[i]);
             if (i + 1 == n) outs[i] = LossOf(model, outs[i], batch.target);
           });
@@ -138,29 +140,38 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
         for (int i = n - 1; i >= 0; --i) {
           const std::vector<torch::Tensor> grads = grad.defined() ? std::vector<torch::Tensor>{grad} : std::vector<torch::Tensor>{};
           torch::Tensor next_grad;
-          double ms = 0;
+          double ms = 0, weight_ms = 0;
           if (outs[i].requires_grad()) {
             const int64_t before = meter.CurrentBytes();
             meter.ResetPeak();
-            ms = TimeMs(settings.device, [&] {
-              if (input_only) {
-                if (ins[i].requires_grad()) next_grad = torch::autograd::grad({outs[i]}, {ins[i]}, grads, false, false, true)[0];
-              } else {
+            if (input_only) {
+              // The first layer's input needs no gradient: I stops at its output, as on a first stage.
+              const torch::Tensor anchor = ins[i].requires_grad() ? ins[i] : outs[i];
+              std::vector<torch::Tensor> anchor_grads;
+              WeightPass weight;
+              ms = DeviceTimeMs(settings.device, [&] {
+                weight = BackwardInput(outs[i], grad, {anchor}, layers[static_cast<size_t>(i)]->Parameters(), &anchor_grads);
+              });
+              weight_ms = DeviceTimeMs(settings.device, [&] { weight.Run(); });
+              if (ins[i].requires_grad()) next_grad = anchor_grads.front();
+            } else {
+              ms = DeviceTimeMs(settings.device, [&] {
                 torch::autograd::backward({outs[i]}, grads);
                 if (ins[i].requires_grad()) next_grad = ins[i].grad();
-              }
-            });
+              });
+            }
             if (measure_workspace) {
               size.layers[static_cast<size_t>(i)].backward_workspace_bytes =
                   std::max<int64_t>(0, meter.PeakBytes() - before);
             }
           }
+          if (keep && input_only) weight_grad[i].push_back(weight_ms);
           if (keep) (input_only ? input_grad : bwd)[i].push_back(ms);
           grad = next_grad.defined() ? next_grad : (i > 0 ? torch::zeros_like(outs[i - 1]) : torch::Tensor());
         }
         clear_grads();
       }
-      const double whole_ms = TimeMs(settings.device, [&] {
+      const double whole_ms = DeviceTimeMs(settings.device, [&] {
         torch::Tensor h = batch.input;
         for (auto& layer : layers) h = layer->Forward(h);
         LossOf(model, h, batch.target).backward();
@@ -176,16 +187,15 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
   std::vector<SizeMeasurement> sizes;
   for (SizeState& state : states) {
     SizeMeasurement& size = state.size;
-    const std::vector<std::vector<double>>& f = state.f, &bwd = state.bwd, &input_grad = state.input_grad;
+    const std::vector<std::vector<double>>& f = state.f, &bwd = state.bwd, &input_grad = state.input_grad,
+                                            &weight_grad = state.weight_grad;
     for (int i = 0; i < n; ++i) {
       LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
       m.forward = Summarize(f[i]);
       m.backward = Summarize(bwd[i]);
-      // The weight-gradient part: the whole backward minus the input-gradient pass (the first
-      // layer, whose input needs no gradient, is all weight gradient).
-      std::vector<double> weight(bwd[i].size());
-      for (size_t k = 0; k < weight.size(); ++k) weight[k] = std::max(0.0, bwd[i][k] - input_grad[i][k]);
-      m.backward_weight = Summarize(weight);
+      m.backward_input = Summarize(input_grad[i]);
+      // The weight-gradient pass as the executor runs it; never more than the whole backward.
+      m.backward_weight = Summarize(weight_grad[i]);
       m.backward_weight.median_ms = std::min(m.backward_weight.median_ms, m.backward.median_ms);
     }
     size.whole_model = Summarize(state.whole);
@@ -225,6 +235,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       layers.push_back({{"name", m.name},
                         {"forward", TimingJson(m.forward)},
                         {"backward", TimingJson(m.backward)},
+                        {"backward_input", TimingJson(m.backward_input)},
                         {"backward_weight", TimingJson(m.backward_weight)},
                         {"param_bytes", m.param_bytes},
                         {"activation_bytes", m.activation_bytes},
@@ -245,7 +256,8 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       std::to_string(settings.warmup) + " warm-up runs (spread: half the interquartile range, under "
       "measurements); each round runs the layers in order as one-layer stages (forward with autograd "
       "recording, the last layer including the loss), then their backwards in reverse, then the whole model; "
-      "backward_weight_ms is the backward minus an input-gradient-only backward; activation_bytes is what the forward leaves allocated "
+      "backward_weight_ms is the weight-gradient pass W of a backward split as zero-bubble schedules run it (after "
+      "its input-gradient pass I, timed as backward_input under measurements); activation_bytes is what the forward leaves allocated "
       "while its graph lives, output included; forward_workspace_bytes is the forward's peak above that, "
       "backward_workspace_bytes the backward's peak above what it starts with (every weight's gradient "
       "already allocated, as from a step's second micro-batch on).";

@@ -1,7 +1,8 @@
 // The profiler: measures each layer of a model on the device it will train on, the way the
 // executor will run it, and writes a gpipe-profile/1. Per layer and micro-batch size: forward time
 // (with autograd recording, as in training; the last layer includes the loss), the whole backward,
-// and its weight-gradient part (the backward minus a backward to the input only), each the median of `repeats` runs after `warmup` runs, with the spread (half the
+// and the same backward split into its input-gradient and weight-gradient passes as the executor
+// runs them for zero-bubble schedules, each the median of `repeats` runs after `warmup` runs, with the spread (half the
 // interquartile range); parameter bytes; activation bytes: what the forward leaves allocated while
 // its graph is alive (what autograd keeps for backward, the output included), read from the
 // executor's allocator meter; and output bytes. Inputs to layer i are the real outputs of layers
@@ -41,7 +42,9 @@ struct Timing {
 
 struct LayerMeasurement {
   std::string name;
-  Timing forward, backward, backward_weight;
+  /// The whole backward, and the same split into the input-gradient pass I and the weight-gradient
+  /// pass W as zero-bubble schedules run them.
+  Timing forward, backward, backward_input, backward_weight;
   int64_t param_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t output_bytes = 0;
@@ -64,6 +67,9 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
 /// whole-model check, under "measurements" (kept by loaders that do not read it).
 Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& settings,
                                 const std::vector<SizeMeasurement>& sizes);
+
+/// How long `body` takes on `device`: CUDA events on its stream on a GPU, a steady clock on the CPU.
+double DeviceTimeMs(const torch::Device& device, const std::function<void()>& body);
 
 /// The median and half the interquartile range of `samples` (REQUIRES: not empty).
 Timing Summarize(std::vector<double> samples);

@@ -129,7 +129,7 @@ void StageRunner::Forward(const Action& a) {
   } else {
     if (!IsFirst(a.stage)) x = x.detach().requires_grad_(true);
     m.input = x;
-    out = RunLayers(stage, x, config_.split_backward ? &m.boundaries : nullptr);
+    out = RunLayers(stage, x, config_.split_backward && IsFirst(a.stage) ? &m.boundaries : nullptr);
   }
   if (IsLast(a.stage)) {
     torch::Tensor loss = LossOf(*config_.model, out, Target(a.microbatch));
@@ -206,53 +206,25 @@ void StageRunner::ReleaseMicro(const Action& a) {
 }
 
 void StageRunner::BackwardInput(const Action& a) {
-  torch::Tensor root = PrepareBackward(a, true);
+  // The first stage's input needs no gradient: its layers' outputs are where I stops instead, so
+  // that W still holds only weight gradients.
+  const bool first = IsFirst(a.stage);
+  torch::Tensor root = PrepareBackward(a, /*keep_boundaries=*/first);
   torch::Tensor grad = GradOutput(a);
   Micro& m = MicroOf(a.stage, a.microbatch);
-  // Gradients at the stage input and at each layer's output but the last (whose gradient is
-  // `grad`); outputs that need none (a parameter-free prefix of the first stage) get none.
-  std::vector<torch::Tensor> targets;
-  std::vector<int> slot;  // -1: the stage input; i: boundary i
-  if (!IsFirst(a.stage)) {
-    targets.push_back(m.input);
-    slot.push_back(-1);
+  std::vector<torch::Tensor> params;
+  for (const auto& layer : Stage(a.stage).layers) {
+    for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
   }
-  for (size_t i = 0; i + 1 < m.boundaries.size(); ++i) {
-    if (!m.boundaries[i].requires_grad()) continue;
-    targets.push_back(m.boundaries[i]);
-    slot.push_back(static_cast<int>(i));
-  }
-  std::vector<torch::Tensor> grads;
-  if (!targets.empty()) {
-    grads = torch::autograd::grad({root}, targets, grad.defined() ? std::vector<torch::Tensor>{grad}
-                                                                 : std::vector<torch::Tensor>{},
-                                  /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
-  }
-  m.boundary_grads.assign(m.boundaries.size(), torch::Tensor());
-  torch::Tensor input_grad;
-  for (size_t k = 0; k < grads.size(); ++k) {
-    if (slot[k] < 0) {
-      input_grad = grads[k];
-    } else {
-      m.boundary_grads[static_cast<size_t>(slot[k])] = grads[k];
-    }
-  }
-  HandBackInputGrad(a, input_grad);
+  std::vector<torch::Tensor> anchor_grads;
+  m.weight_pass = executor::BackwardInput(root, grad, first ? m.boundaries : std::vector<torch::Tensor>{m.input}, params,
+                                          &anchor_grads);
+  m.boundaries.clear();
+  HandBackInputGrad(a, first ? torch::Tensor() : anchor_grads.front());
 }
 
 void StageRunner::BackwardWeight(const Action& a) {
-  StageSetup& stage = Stage(a.stage);
-  Micro& m = MicroOf(a.stage, a.microbatch);
-  const size_t n = stage.layers.size();
-  for (size_t i = 0; i < n; ++i) {
-    std::vector<torch::Tensor> params = stage.layers[i]->Parameters();
-    if (params.empty()) continue;
-    torch::Tensor root = i + 1 == n ? m.root : m.boundaries[i];
-    torch::Tensor grad = i + 1 == n ? m.grad_output : m.boundary_grads[i];
-    if (i + 1 < n && !grad.defined()) continue;  // this layer's output does not reach the loss
-    torch::autograd::backward({root}, grad.defined() ? std::vector<torch::Tensor>{grad} : std::vector<torch::Tensor>{},
-                              /*retain_graph=*/true, /*create_graph=*/false, params);
-  }
+  MicroOf(a.stage, a.microbatch).weight_pass.Run();
   ReleaseMicro(a);
 }
 

@@ -6,7 +6,8 @@
 // What a micro-batch keeps on a stage between F and its backward:
 //   no remat: the stage input and the autograd graph of its forward (all activations);
 //   remat:    the stage input only (and the RNG state), the forward is recomputed at B or I;
-//   zb-h1:    I keeps the graph and the gradients at each layer's output until W uses them.
+//   zb-h1:    I keeps the graph and the gradients arriving at each parameterised operation until
+//             W starts there (executor/split_backward.h), so that W computes weight gradients only.
 // Stages on the same rank (interleaved 1F1B with K = 1) hand tensors over in memory.
 // The first message on each stage boundary and direction carries a shape header; later ones are
 // received straight into buffers posted one compute action ahead, so receives overlap compute;
@@ -28,6 +29,7 @@
 #include "executor/communicator.h"
 #include "executor/data.h"
 #include "executor/layers.h"
+#include "executor/split_backward.h"
 
 namespace gpipe::executor {
 
@@ -47,7 +49,7 @@ struct RunnerConfig {
   /// gradients equal those of the mean loss over the global batch.
   double loss_scale = 1.0;
   torch::Device device = torch::kCPU;
-  /// The schedule splits backward into I and W (zb-h1): F keeps each layer's output.
+  /// The schedule splits backward into I and W (zb-h1).
   bool split_backward = false;
 };
 
@@ -81,8 +83,8 @@ class StageRunner {
   struct Micro {
     torch::Tensor input;
     torch::Tensor root;  // the stage output with its graph, or the scaled loss on the last stage
-    std::vector<torch::Tensor> boundaries;      // each layer's output (zb-h1)
-    std::vector<torch::Tensor> boundary_grads;  // their gradients after I
+    std::vector<torch::Tensor> boundaries;  // each layer's output (zb-h1, first stage: I's anchors)
+    WeightPass weight_pass;                 // what I left for W (zb-h1)
     torch::Tensor grad_output;
     torch::Tensor to_send;
     std::optional<torch::Tensor> rng_state;

@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/schedule/generators.h"
@@ -94,10 +95,11 @@ class Search {
  public:
   explicit Search(const PartitionProblem& problem)
       : p_(problem),
+        calibration_(EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer)),
         table_(*problem.profile, static_cast<double>(problem.global_batch) /
                                      (static_cast<double>(problem.replicas) * problem.microbatches) /
                                      static_cast<double>(problem.profile->microbatch_size),
-               problem.optimizer, problem.cluster->calibration ? &*problem.cluster->calibration : nullptr,
+               problem.optimizer, calibration_ ? &*calibration_ : nullptr,
                RanksPerNode(*problem.cluster, problem.ranks * problem.replicas)),
         skeleton_(PlanSkeleton(problem)),
         layers_(table_.num_layers()),
@@ -222,7 +224,7 @@ class Search {
   // What rank `rank` does after its last action when it holds `param_bytes` of parameters: its
   // all-reduce, then its calibrated tail.
   double AfterLastActionMs(int rank, double param_bytes) const {
-    const double tail = p_.cluster->calibration ? p_.cluster->calibration->TailMs(param_bytes) : 0.0;
+    const double tail = calibration_ ? calibration_->TailMs(param_bytes) : 0.0;
     return (p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0) + tail;
   }
   // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
@@ -549,6 +551,7 @@ class Search {
   }
 
   const PartitionProblem& p_;
+  std::optional<Calibration> calibration_;  // the cluster's, or the profile's measured step costs
   LayerTable table_;
   Plan skeleton_;
   // Set by Run (bounds need no schedule).

@@ -30,7 +30,17 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                          "; times and activations are scaled linearly by " + FormatScale(model.scale);
   }
   const bool split = plan.schedule == ScheduleKind::kZbH1;
-  const Calibration* calibration = plan.cluster.calibration ? &*plan.cluster.calibration : nullptr;
+  const std::optional<Calibration> effective = EffectiveCalibration(plan.profile, plan.cluster, plan.optimizer);
+  const Calibration* calibration = effective ? &*effective : nullptr;
+  if (plan.cluster.calibration) {
+    model.calibration_note = "calibrated from runs (the cluster's calibration)";
+  } else if (plan.profile.step_costs) {
+    model.calibration_note = "optimizer, per-step overhead and co-located ranks as the profiler measured them";
+  } else {
+    model.calibration_note = "the profile has no step_costs and the cluster no calibration: the prediction "
+                             "leaves out the optimizer step, the per-step overhead and the slowdown of ranks "
+                             "sharing a node (re-profile with gpipe-plan profile, or calibrate from a run)";
+  }
   const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas);
   const LayerTable table(profile, model.scale, plan.optimizer, calibration, per_node);
   for (const StagePlan& stage : plan.stages) {
@@ -70,6 +80,12 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   return model;
 }
 
+std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer) {
+  if (cluster.calibration) return cluster.calibration;
+  if (profile.step_costs) return profile.step_costs->AsCalibration(OptimizerName(optimizer));
+  return std::nullopt;
+}
+
 std::vector<double> ParamBytesPerRank(const Plan& plan) {
   std::vector<double> bytes(plan.num_ranks(), 0.0);
   for (const StagePlan& stage : plan.stages) {
@@ -92,7 +108,21 @@ Ring RingOf(const Cluster& cluster, const std::vector<int>& devices) {
     ring.bandwidth_bytes_per_s = std::min(ring.bandwidth_bytes_per_s, link.bandwidth_bytes_per_s);
     ring.latency_ms = std::max(ring.latency_ms, link.latency_ms);
   }
+  for (const AllReduceSample& a : cluster.allreduce) {
+    if (static_cast<size_t>(a.ranks) == n) ring.measured.emplace_back(static_cast<double>(a.bytes), a.ms);
+  }
+  std::sort(ring.measured.begin(), ring.measured.end());
   return ring;
+}
+
+double Ring::MeasuredMs(double bytes) const {
+  if (bytes <= measured.front().first || measured.size() == 1) return measured.front().second;
+  size_t hi = 1;
+  while (hi + 1 < measured.size() && measured[hi].first < bytes) ++hi;
+  const auto& [b0, ms0] = measured[hi - 1];
+  const auto& [b1, ms1] = measured[hi];
+  if (b1 <= b0) return ms1;
+  return std::max(0.0, ms0 + (ms1 - ms0) * (bytes - b0) / (b1 - b0));
 }
 
 double RingAllReduceMs(const Cluster& cluster, const std::vector<int>& devices, double bytes) {

@@ -9,7 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/cluster.h"
@@ -69,6 +71,9 @@ struct CostModel {
   /// How the profile's numbers were brought to this micro-batch size, when they were not measured
   /// at it (scaled, interpolated or extrapolated); "" when they were.
   std::string profile_note;
+  /// Where the terms beyond layer times and links come from: the cluster's calibration, the
+  /// profile's measured step costs, or neither (then the prediction leaves them out; says so).
+  std::string calibration_note;
 
   int num_ranks() const { return static_cast<int>(links.size()); }
   /// What rank r does after its last action: all-reduce, then its tail.
@@ -83,22 +88,35 @@ std::vector<double> ParamBytesPerRank(const Plan& plan);
 /// How many of a plan's `devices` (K x D) share the busiest node of `cluster`.
 int RanksPerNode(const Cluster& cluster, int devices);
 
+/// The calibration a prediction uses: the cluster's (fitted from runs by `calibrate`) when it has
+/// one, else what the profile's measured step costs stand for (core/step_costs.h), else none.
+/// The simulator and the planner both take it from here.
+std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer);
+
 /// REQUIRES: ValidatePlan(plan) is ok. Fails when the schedule needs what the profile lacks
 /// (zb-h1 needs every layer's backward_weight_ms).
 Expected<CostModel> BuildCostModel(const Plan& plan);
 
-/// A ring all-reduce over `devices` (in ring order): 2(D-1) steps, each moving bytes/D over the
-/// ring's slowest link and paying its largest latency. The ring's links are read once; the time
-/// for any byte count follows (the planner asks for many).
+/// The gradient all-reduce over `devices`. Where the cluster holds all-reduces measured for a
+/// group of this size (profile-links), the time is read from them: linear between measured sizes,
+/// the smallest's below it, the last two's slope above the largest. Otherwise a ring: 2(D-1)
+/// steps, each moving bytes/D over the ring's slowest link and paying its largest latency. The
+/// ring's links are read once; the time for any byte count follows (the planner asks for many).
 struct Ring {
   double devices = 1;
   double bandwidth_bytes_per_s = 0;
   double latency_ms = 0;
+  /// (bytes, ms) measured for this many devices, by increasing bytes; empty: the ring model.
+  std::vector<std::pair<double, double>> measured;
 
   double AllReduceMs(double bytes) const {
     if (devices < 2) return 0.0;
+    if (!measured.empty()) return MeasuredMs(bytes);
     return 2.0 * (devices - 1) * (latency_ms + bytes / devices / bandwidth_bytes_per_s * 1e3);
   }
+
+ private:
+  double MeasuredMs(double bytes) const;
 };
 Ring RingOf(const Cluster& cluster, const std::vector<int>& devices);
 /// RingOf(cluster, devices).AllReduceMs(bytes).

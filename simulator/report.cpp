@@ -77,6 +77,7 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
          " micro-batches of " + std::to_string(plan.microbatch_size()) + " (global batch " +
          std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) + "\n";
   if (!costs.profile_note.empty()) out += "note: " + costs.profile_note + "\n";
+  if (!costs.calibration_note.empty()) out += "beyond layers: " + costs.calibration_note + "\n";
   out += "\n";
   out += "step time   " + FormatMs(result.step_time_ms) + "\n";
   out += "throughput  " + Format("%.2f", result.throughput_samples_per_s) + " samples/s\n";

@@ -1,0 +1,80 @@
+#include "core/step_costs.h"
+
+#include <cmath>
+
+#include "core/json_reader.h"
+
+namespace gpipe {
+namespace {
+
+// {"median": x, "spread": y} with x >= `min` (or above 0 when `positive`) and y >= 0.
+Measured ReadMeasured(const nlohmann::json& json, const std::string& where, Status* status, bool positive) {
+  Measured m;
+  if (!status->ok()) return m;
+  if (!json.is_object()) {
+    *status = Status::Invalid(where + ": expected {\"median\": number, \"spread\": number}, got " + Describe(json));
+    return m;
+  }
+  ObjectReader r(json, where);
+  m.median = positive ? r.NumberAbove("median", 0.0) : r.Number("median", 0.0);
+  m.spread = r.OptionalNumber("spread", 0.0).value_or(0.0);
+  if (!r.status().ok()) *status = r.status();
+  return m;
+}
+
+nlohmann::json MeasuredToJson(const Measured& m) { return {{"median", m.median}, {"spread", m.spread}}; }
+
+}  // namespace
+
+Calibration StepCosts::AsCalibration(const std::string& optimizer) const {
+  Calibration c;
+  for (const Measured& scale : compute_scale) c.compute_scale.push_back(scale.median);
+  c.step_overhead_ms = step_overhead_ms.median;
+  auto it = optimizer_ms_per_gib.find(optimizer == "adam-mixed" ? "adam" : optimizer);
+  if (it != optimizer_ms_per_gib.end()) c.optimizer_ms_per_gib = it->second.median;
+  c.sends_held = sends_held;
+  c.source = "measured by the profiler (the profile's step_costs)";
+  return c;
+}
+
+Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::string& where) {
+  if (!json.is_object()) return Status::Invalid(where + ": must be an object, not " + Describe(json));
+  ObjectReader r(json, where);
+  StepCosts costs;
+  Status status = Status::Ok();
+  if (const nlohmann::json* optimizers = r.OptionalObject("optimizer_ms_per_gib")) {
+    for (const auto& [name, value] : optimizers->items()) {
+      costs.optimizer_ms_per_gib[name] = ReadMeasured(value, r.Where("optimizer_ms_per_gib") + "." + name, &status, false);
+    }
+  }
+  if (r.Has("step_overhead_ms")) {
+    costs.step_overhead_ms = ReadMeasured(json.at("step_overhead_ms"), r.Where("step_overhead_ms"), &status, false);
+  }
+  if (r.Has("compute_scale")) {
+    const nlohmann::json* scales = r.Array("compute_scale");
+    for (size_t i = 0; scales != nullptr && i < scales->size(); ++i) {
+      costs.compute_scale.push_back(
+          ReadMeasured((*scales)[i], r.Where("compute_scale") + "[" + std::to_string(i) + "]", &status, true));
+    }
+  }
+  costs.sends_held = r.OptionalBool("sends_held", false);
+  costs.source = r.OptionalString("source", "");
+  if (!r.status().ok()) return r.status();
+  if (!status.ok()) return status;
+  return costs;
+}
+
+nlohmann::json StepCostsToJson(const StepCosts& costs) {
+  nlohmann::json optimizers = nlohmann::json::object();
+  for (const auto& [name, m] : costs.optimizer_ms_per_gib) optimizers[name] = MeasuredToJson(m);
+  nlohmann::json scales = nlohmann::json::array();
+  for (const Measured& m : costs.compute_scale) scales.push_back(MeasuredToJson(m));
+  nlohmann::json json = {{"optimizer_ms_per_gib", optimizers},
+                         {"step_overhead_ms", MeasuredToJson(costs.step_overhead_ms)},
+                         {"compute_scale", scales},
+                         {"sends_held", costs.sends_held}};
+  if (!costs.source.empty()) json["source"] = costs.source;
+  return json;
+}
+
+}  // namespace gpipe

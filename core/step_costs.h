@@ -1,0 +1,48 @@
+// What a training step costs beyond its layers' forward and backward, as `gpipe-plan profile`
+// measures it on the device: the optimizer step per GiB of parameters for each optimizer, the
+// fixed cost of a step (zeroing gradients, slicing the batch), and how much slower compute runs
+// while n ranks compute at once on one node. Stored in a profile under "step_costs"
+// (docs/formats.md). The simulator and planner use it as the calibration when the cluster file
+// has none fitted from runs (simulator/cost_model.h, EffectiveCalibration).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/calibration.h"
+#include "core/status.h"
+
+namespace gpipe {
+
+/// A measured number: the median of its samples and half their interquartile range.
+struct Measured {
+  double median = 0;
+  double spread = 0;
+};
+
+struct StepCosts {
+  /// Per optimizer name ("sgd", "momentum", "adam"): milliseconds of one optimizer step per GiB
+  /// of parameters, measured over the whole model's parameters.
+  std::map<std::string, Measured> optimizer_ms_per_gib;
+  /// Paid once per step by every rank: zeroing gradients and taking its share of the batch.
+  Measured step_overhead_ms;
+  /// Entry n - 1: layer times while n ranks compute at once on the node, over layer times alone
+  /// (entry 0 is 1).
+  std::vector<Measured> compute_scale;
+  /// The executor's sends stay allocated until the step ends (Gloo on the CPU): memory counts them.
+  bool sends_held = false;
+  /// How it was measured, in words.
+  std::string source;
+
+  /// The calibration these measurements stand for, for the plan's optimizer ("adam-mixed" runs as
+  /// "adam"); an optimizer that was not measured gets no optimizer term.
+  Calibration AsCalibration(const std::string& optimizer) const;
+};
+
+Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::string& where);
+nlohmann::json StepCostsToJson(const StepCosts& costs);
+
+}  // namespace gpipe

@@ -1,0 +1,213 @@
+#include "executor/split_backward.h"
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
+
+namespace gpipe::executor {
+namespace {
+
+using torch::autograd::Edge;
+using torch::autograd::edge_list;
+using torch::autograd::Node;
+
+constexpr size_t kNone = static_cast<size_t>(-1);
+
+// The graph below a root, walked once: every node, who uses each node's output in the forward
+// (the graph's edges reversed), and each node's owner for building edges to it.
+struct Graph {
+  std::unordered_map<Node*, std::vector<Node*>> users;
+  std::unordered_map<Node*, std::shared_ptr<Node>> owner;
+
+  explicit Graph(const std::shared_ptr<Node>& root) {
+    owner[root.get()] = root;
+    std::vector<Node*> stack{root.get()};
+    while (!stack.empty()) {
+      Node* node = stack.back();
+      stack.pop_back();
+      for (const Edge& edge : node->next_edges()) {
+        if (!edge.function) continue;
+        users[edge.function.get()].push_back(node);
+        if (owner.emplace(edge.function.get(), edge.function).second) stack.push_back(edge.function.get());
+      }
+    }
+  }
+
+  const std::vector<Node*>& UsersOf(Node* node) const {
+    static const std::vector<Node*> kNoUsers;
+    auto it = users.find(node);
+    return it == users.end() ? kNoUsers : it->second;
+  }
+
+  // Every node whose output depends on one of `starts` (the starts included).
+  std::unordered_set<Node*> DependentsOf(const std::vector<Node*>& starts) const {
+    std::unordered_set<Node*> closure(starts.begin(), starts.end());
+    std::deque<Node*> queue(starts.begin(), starts.end());
+    while (!queue.empty()) {
+      Node* node = queue.front();
+      queue.pop_front();
+      for (Node* user : UsersOf(node)) {
+        if (closure.insert(user).second) queue.push_back(user);
+      }
+    }
+    return closure;
+  }
+
+  // Where the forward paths from `param` first enter `closure`: the nodes whose backward receives
+  // the gradient that W needs for it.
+  std::set<Node*> MeetingPoints(Node* param, const std::unordered_set<Node*>& closure) const {
+    std::set<Node*> meet;
+    std::unordered_set<Node*> seen{param};
+    std::deque<Node*> queue{param};
+    while (!queue.empty()) {
+      Node* node = queue.front();
+      queue.pop_front();
+      for (Node* user : UsersOf(node)) {
+        if (!seen.insert(user).second) continue;
+        if (closure.count(user) > 0) {
+          meet.insert(user);
+        } else {
+          queue.push_back(user);
+        }
+      }
+    }
+    return meet;
+  }
+
+  // Whether the backward from one of `points` reaches another through `closure`: then a W started
+  // at all of them would send the gradient down the input path twice (a weight used twice along
+  // it, as a tied embedding and head on one stage).
+  bool Nested(const std::set<Node*>& points, const std::unordered_set<Node*>& closure) const {
+    if (points.size() < 2) return false;
+    for (Node* start : points) {
+      std::unordered_set<Node*> seen{start};
+      std::vector<Node*> stack{start};
+      while (!stack.empty()) {
+        Node* node = stack.back();
+        stack.pop_back();
+        for (const Edge& edge : node->next_edges()) {
+          Node* next = edge.function.get();
+          if (next == nullptr || closure.count(next) == 0 || !seen.insert(next).second) continue;
+          if (points.count(next) > 0) return true;
+          stack.push_back(next);
+        }
+      }
+    }
+    return false;
+  }
+};
+
+std::vector<torch::Tensor> Run(const edge_list& roots, const std::vector<torch::Tensor>& seeds, bool accumulate,
+                               const edge_list& outputs) {
+  return torch::autograd::Engine::get_default_engine().execute(roots, seeds, /*keep_graph=*/true,
+                                                               /*create_graph=*/false, accumulate, outputs);
+}
+
+}  // namespace
+
+WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, const std::vector<torch::Tensor>& anchors,
+                         const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>* anchor_grads) {
+  anchor_grads->assign(anchors.size(), torch::Tensor());
+  WeightPass pass;
+  if (!root.requires_grad()) return pass;
+  const Edge root_edge = torch::autograd::impl::gradient_edge(root);
+  const Graph graph(root_edge.function);
+
+  // The input path: what depends on an anchor, and the root itself (a parameter whose path meets
+  // no anchor meets it there).
+  edge_list outputs;
+  std::vector<size_t> anchor_slot;  // anchors[k] -> outputs index, or npos
+  std::vector<Node*> starts{root_edge.function.get()};
+  for (const torch::Tensor& anchor : anchors) {
+    if (!anchor.defined() || !anchor.requires_grad()) {
+      anchor_slot.push_back(kNone);
+      continue;
+    }
+    Edge edge = torch::autograd::impl::gradient_edge(anchor);
+    if (graph.owner.count(edge.function.get()) == 0) {  // the root does not depend on it
+      anchor_slot.push_back(kNone);
+      continue;
+    }
+    starts.push_back(edge.function.get());
+    anchor_slot.push_back(outputs.size());
+    outputs.push_back(std::move(edge));
+  }
+  const std::unordered_set<Node*> closure = graph.DependentsOf(starts);
+
+  // Parameters grouped by where they meet the input path; each meeting node's input slots are
+  // captured in I. A parameter whose meeting points nest gets its gradient in I itself.
+  std::map<std::set<Node*>, std::vector<Edge>> groups;
+  std::vector<std::pair<torch::Tensor, size_t>> direct;  // parameter, outputs index
+  for (const torch::Tensor& param : params) {
+    if (!param.requires_grad()) continue;
+    Edge edge = torch::autograd::impl::gradient_edge(param);
+    if (!edge.function || graph.owner.count(edge.function.get()) == 0) continue;
+    std::set<Node*> meet = graph.MeetingPoints(edge.function.get(), closure);
+    if (meet.empty()) continue;
+    if (graph.Nested(meet, closure)) {
+      direct.emplace_back(param, outputs.size());
+      outputs.push_back(std::move(edge));
+    } else {
+      groups[std::move(meet)].push_back(std::move(edge));
+    }
+  }
+  std::map<Node*, size_t> capture_at;  // meeting node -> index of its slot 0 in outputs
+  for (const auto& [meet, unused] : groups) {
+    for (Node* node : meet) {
+      if (!capture_at.emplace(node, outputs.size()).second) continue;
+      for (uint32_t slot = 0; slot < node->num_inputs(); ++slot) outputs.emplace_back(graph.owner.at(node), slot);
+    }
+  }
+  if (outputs.empty()) return pass;
+
+  const std::vector<torch::Tensor> seeds{grad.defined() ? grad : torch::ones_like(root)};
+  std::vector<torch::Tensor> captured = Run({root_edge}, seeds, /*accumulate=*/false, outputs);
+
+  for (size_t k = 0; k < anchors.size(); ++k) {
+    if (anchor_slot[k] != kNone) (*anchor_grads)[k] = captured[anchor_slot[k]];
+  }
+  for (auto& [meet, param_edges] : groups) {
+    WeightPass::Group group;
+    for (Node* node : meet) {
+      const size_t first = capture_at.at(node);
+      for (uint32_t slot = 0; slot < node->num_inputs(); ++slot) {
+        torch::Tensor& g = captured[first + slot];
+        if (!g.defined()) continue;
+        group.roots.emplace_back(graph.owner.at(node), slot);
+        group.grads.push_back(g);
+      }
+    }
+    if (group.roots.empty()) continue;  // no gradient reached these parameters
+    group.params = std::move(param_edges);
+    pass.groups.push_back(std::move(group));
+  }
+  for (auto& [param, index] : direct) {
+    if (captured[index].defined()) pass.direct.emplace_back(param, captured[index]);
+  }
+  return pass;
+}
+
+void WeightPass::Run() {
+  for (Group& group : groups) {
+    gpipe::executor::Run(group.roots, group.grads, /*accumulate=*/true, group.params);
+  }
+  groups.clear();
+  for (auto& [param, grad] : direct) {
+    torch::NoGradGuard no_grad;
+    if (param.grad().defined()) {
+      param.mutable_grad().add_(grad);
+    } else {
+      param.mutable_grad() = grad;
+    }
+  }
+  direct.clear();
+}
+
+}  // namespace gpipe::executor

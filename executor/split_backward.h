@@ -1,0 +1,47 @@
+// Zero-bubble's split of a backward pass into I (the gradient at the inputs) and W (the gradients
+// of the weights), the way PyTorch's `stage_backward_input` and `stage_backward_weight` split it.
+//
+// I runs the autograd engine from the output towards the anchors (a stage's input, or on the first
+// stage, whose input needs no gradient, each layer's output) and computes no weight gradient. On
+// the way it captures the gradient flowing into every node where a parameter's path joins the
+// anchors' path: for a linear layer, the gradient of its output, arriving at its addmm node. W
+// then starts at those nodes with those gradients and runs only what lies between them and the
+// parameters: the weight-gradient matmuls, not the layer's whole backward again. So I + W costs
+// one full backward. The graph is kept from I until W.
+#pragma once
+
+#include <utility>
+#include <vector>
+
+#include <torch/csrc/autograd/edge.h>
+#include <torch/torch.h>
+
+namespace gpipe::executor {
+
+/// What I leaves for W.
+struct WeightPass {
+  /// Parameters whose paths meet the anchors' path at the same nodes: W for them starts at those
+  /// nodes' input slots (`roots`) with the gradients I captured there.
+  struct Group {
+    torch::autograd::edge_list roots;
+    std::vector<torch::Tensor> grads;
+    torch::autograd::edge_list params;
+  };
+  std::vector<Group> groups;
+  /// Parameters used twice along the input path (a tied embedding and head on one stage): their
+  /// gradients come whole from I, since a W started at both uses would count the path twice.
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> direct;
+
+  /// W: accumulates every parameter's gradient into its `.grad()` (as a backward does) and drops
+  /// what I captured.
+  void Run();
+};
+
+/// I: the backward from `root` (seeded with `grad`; none for a scalar loss) to `anchors` only,
+/// computing no weight gradient. Writes the gradient at each anchor to `anchor_grads` (undefined
+/// where none reaches it or the anchor needs none). `params` are the parameters W will update; one
+/// that is not in the graph is left alone. The graph of `root` is kept for W.
+WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, const std::vector<torch::Tensor>& anchors,
+                         const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>* anchor_grads);
+
+}  // namespace gpipe::executor

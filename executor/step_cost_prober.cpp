@@ -1,0 +1,153 @@
+#include "executor/step_cost_prober.h"
+
+#include <barrier>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/plan.h"
+#include "executor/data.h"
+#include "executor/host_memory.h"
+#include "executor/layers.h"
+#include "executor/trainer.h"
+
+namespace gpipe::executor {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// `body` run settings.warmup times unmeasured, then settings.repeats times: those times.
+std::vector<double> Sample(const ProfileSettings& settings, const std::function<void()>& body) {
+  for (int i = 0; i < settings.warmup; ++i) body();
+  std::vector<double> samples;
+  for (int i = 0; i < settings.repeats; ++i) samples.push_back(DeviceTimeMs(settings.device, body));
+  return samples;
+}
+
+Measured Scaled(std::vector<double> samples, double factor) {
+  const Timing t = Summarize(std::move(samples));
+  return {t.median_ms * factor, t.spread_ms * factor};
+}
+
+std::vector<torch::Tensor> ParametersOf(const std::vector<std::unique_ptr<Layer>>& layers) {
+  std::vector<torch::Tensor> params;
+  for (const auto& layer : layers) {
+    for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
+  }
+  return params;
+}
+
+// The whole model's forward and backward on `batch`, as one rank holding every layer runs it.
+void ForwardBackward(std::vector<std::unique_ptr<Layer>>& layers, const ModelSpec& model, const Batch& batch) {
+  torch::Tensor h = batch.input;
+  for (auto& layer : layers) h = layer->Forward(h);
+  LossOf(model, h, batch.target).backward();
+  for (const torch::Tensor& p : ParametersOf(layers)) p.mutable_grad() = torch::Tensor();
+}
+
+// Per round, the mean over `n` threads of one ForwardBackward each, all started together.
+Expected<std::vector<double>> InStep(const ModelSpec& model, const ProfileSettings& settings, const Batch& batch, int n) {
+  std::vector<std::vector<std::unique_ptr<Layer>>> copies;
+  for (int i = 0; i < n; ++i) {
+    auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
+    if (!built.ok()) return built.status();
+    copies.push_back(std::move(*built));
+  }
+  const int rounds = settings.warmup + settings.repeats;
+  std::vector<std::vector<double>> times(static_cast<size_t>(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::barrier sync(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      for (int round = 0; round < rounds; ++round) {
+        sync.arrive_and_wait();
+        try {
+          const double ms = DeviceTimeMs(settings.device, [&] { ForwardBackward(copies[i], model, batch); });
+          if (round >= settings.warmup) times[i].push_back(ms);
+        } catch (const std::exception& e) {
+          if (errors[i].empty()) errors[i] = e.what();
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (const std::string& e : errors) {
+    if (!e.empty()) return Status::Invalid("while measuring " + std::to_string(n) + " ranks computing at once: " + e);
+  }
+  std::vector<double> means(static_cast<size_t>(settings.repeats), 0.0);
+  for (const auto& per_thread : times) {
+    for (size_t k = 0; k < means.size(); ++k) means[k] += per_thread[k] / n;
+  }
+  return means;
+}
+
+}  // namespace
+
+Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings, int max_ranks_per_node) {
+  at::set_num_threads(settings.threads);
+  KeepFreedHostMemory();
+  auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
+  if (!built.ok()) return built.status();
+  std::vector<std::unique_ptr<Layer>>& layers = *built;
+  Expected<DataSource> data = DataSource::Open(model);
+  if (!data.ok()) return data.status();
+  const int64_t b = settings.microbatch_sizes.front();
+  const Batch host = data->GlobalBatch(0, b);
+  const Batch batch{host.input.to(settings.device), host.target.to(settings.device)};
+
+  StepCosts costs;
+  const std::vector<torch::Tensor> params = ParametersOf(layers);
+  double param_bytes = 0;
+  for (const torch::Tensor& p : params) param_bytes += static_cast<double>(p.nbytes());
+  for (const Optimizer o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam}) {
+    Plan plan;
+    plan.optimizer = o;
+    std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(plan, model, params);
+    for (const torch::Tensor& p : params) p.mutable_grad() = torch::randn_like(p) * 1e-3;
+    if (param_bytes > 0) {
+      costs.optimizer_ms_per_gib[OptimizerName(o)] = Scaled(Sample(settings, [&] { optimizer->step(); }), kGiB / param_bytes);
+    }
+  }
+  // As the trainer starts each step: gradients set to none, the step's batch taken and moved.
+  int64_t step = 0;
+  costs.step_overhead_ms = Scaled(Sample(settings, [&] {
+                                    for (const torch::Tensor& p : params) p.mutable_grad() = torch::Tensor();
+                                    const Batch next = data->GlobalBatch(++step, b);
+                                    (void)next.input.to(settings.device);
+                                    (void)next.target.to(settings.device);
+                                  }),
+                                  1.0);
+
+  if (settings.device.is_cuda()) {
+    // Ranks on one node have a GPU each: they do not share compute.
+    costs.compute_scale = {{1.0, 0.0}};
+    costs.source = "optimizer and step overhead timed with CUDA events; ranks on a node are taken not to slow "
+                   "each other (a GPU each)";
+  } else {
+    Expected<std::vector<double>> alone = InStep(model, settings, batch, 1);
+    if (!alone.ok()) return alone.status();
+    const double base = Summarize(*alone).median_ms;
+    for (int n = 1; n <= max_ranks_per_node; ++n) {
+      if (n == 1) {
+        costs.compute_scale.push_back({1.0, Summarize(*alone).spread_ms / base});
+        continue;
+      }
+      Expected<std::vector<double>> together = InStep(model, settings, batch, n);
+      if (!together.ok()) return together.status();
+      costs.compute_scale.push_back(Scaled(*together, 1.0 / base));
+    }
+    // Gloo's sends complete only when waited on, at the step's end (docs/executor.md).
+    costs.sends_held = true;
+    costs.source = "steady clock, " + std::to_string(settings.threads) + " intra-op thread(s); the optimizer over all " +
+                   std::to_string(params.size()) + " parameter tensors, per GiB; compute_scale: the whole model's " +
+                   "forward and backward on a micro-batch of " + std::to_string(b) +
+                   " run by n threads in lockstep, over the same alone; medians of " +
+                   std::to_string(settings.repeats) + " after " + std::to_string(settings.warmup) + " warm-up runs";
+  }
+  return costs;
+}
+
+}  // namespace gpipe::executor

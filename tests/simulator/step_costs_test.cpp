@@ -1,0 +1,124 @@
+// What a step costs beyond its layers, as measured by the profiler (the profile's step_costs) and
+// by profile-links (the cluster's allreduce): the simulator prices the optimizer, the step's fixed
+// cost, co-located ranks and the all-reduce from them; a cluster calibration fitted from runs
+// takes precedence; files without them load and the prediction says what it leaves out.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/cluster.h"
+#include "core/profile.h"
+#include "simulator/cost_model.h"
+#include "tests/executor/test_plans.h"
+
+namespace gpipe {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+StepCosts Measured() {
+  StepCosts costs;
+  costs.optimizer_ms_per_gib["sgd"] = {100.0, 2.0};
+  costs.optimizer_ms_per_gib["adam"] = {400.0, 5.0};
+  costs.step_overhead_ms = {0.25, 0.01};
+  costs.compute_scale = {{1.0, 0.0}, {1.5, 0.1}};
+  costs.sends_held = true;
+  return costs;
+}
+
+// Four layers of 1 MiB parameters each, K ranks of one node, D replicas.
+Plan FourLayers(int ranks, int replicas, Optimizer optimizer) {
+  Plan plan = executor::testing::EvenPlan(4, ScheduleKind::kGpipe, ranks, 1, 2, replicas, 8, false, optimizer);
+  for (LayerProfile& layer : plan.profile.layers) layer.param_bytes = 1 << 20;
+  return plan;
+}
+
+TEST(StepCosts, RoundTripThroughTheProfileFile) {
+  Profile profile = FourLayers(1, 1, Optimizer::kSgd).profile;
+  profile.step_costs = Measured();
+  const Expected<Profile> back = ProfileFromJson(ProfileToJson(profile), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_TRUE(back->step_costs.has_value());
+  EXPECT_EQ(back->step_costs->optimizer_ms_per_gib.at("adam").median, 400.0);
+  EXPECT_EQ(back->step_costs->optimizer_ms_per_gib.at("adam").spread, 5.0);
+  EXPECT_EQ(back->step_costs->compute_scale.size(), 2u);
+  EXPECT_EQ(back->step_costs->compute_scale[1].median, 1.5);
+  EXPECT_TRUE(back->step_costs->sends_held);
+}
+
+TEST(StepCosts, BadValuesNameTheField) {
+  nlohmann::json json = ProfileToJson(FourLayers(1, 1, Optimizer::kSgd).profile);
+  json["step_costs"] = {{"compute_scale", {{{"median", 0.0}}}}};
+  Expected<Profile> p = ProfileFromJson(json, "p.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("step_costs.compute_scale[0]"), std::string::npos) << p.status().message();
+  json["step_costs"] = {{"optimizer_ms_per_gib", {{"adam", {{"median", -1.0}}}}}};
+  p = ProfileFromJson(json, "p.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("optimizer_ms_per_gib.adam"), std::string::npos) << p.status().message();
+  json["step_costs"] = {{"step_overhead_ms", 3}};
+  p = ProfileFromJson(json, "p.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("step_overhead_ms"), std::string::npos) << p.status().message();
+}
+
+TEST(StepCosts, PricesTheOptimizerStepOverheadAndColocatedRanks) {
+  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  const CostModel bare = BuildCostModel(plan).value();
+  EXPECT_NE(bare.calibration_note.find("leaves out the optimizer step"), std::string::npos);
+  plan.profile.step_costs = Measured();
+  const CostModel measured = BuildCostModel(plan).value();
+  // Each rank holds two layers, 2 MiB: 0.25 ms + 400 ms/GiB x 2 MiB.
+  for (int r = 0; r < 2; ++r) EXPECT_NEAR(measured.AfterLastActionMs(r), 0.25 + 400.0 * 2.0 / 1024.0, 1e-9);
+  // Two ranks share the node: compute 1.5x.
+  EXPECT_NEAR(measured.stages[0].forward_ms, 1.5 * bare.stages[0].forward_ms, 1e-9);
+  EXPECT_NEAR(measured.stages[1].backward_ms, 1.5 * bare.stages[1].backward_ms, 1e-9);
+  EXPECT_TRUE(measured.stages[0].sends_held);
+  // adam-mixed runs as adam; an optimizer not measured gets no optimizer term.
+  plan.optimizer = Optimizer::kAdamMixed;
+  EXPECT_NEAR(BuildCostModel(plan).value().AfterLastActionMs(0), 0.25 + 400.0 * 2.0 / 1024.0, 1e-9);
+  plan.optimizer = Optimizer::kMomentum;
+  EXPECT_NEAR(BuildCostModel(plan).value().AfterLastActionMs(0), 0.25, 1e-9);
+}
+
+TEST(StepCosts, AClusterCalibrationFittedFromRunsTakesPrecedence) {
+  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  plan.profile.step_costs = Measured();
+  Calibration fitted;
+  fitted.step_overhead_ms = 7.0;
+  plan.cluster.calibration = fitted;
+  const CostModel costs = BuildCostModel(plan).value();
+  EXPECT_NEAR(costs.AfterLastActionMs(0), 7.0, 1e-9);
+  EXPECT_NE(costs.calibration_note.find("calibrated from runs"), std::string::npos);
+}
+
+TEST(MeasuredAllReduce, InterpolatesBetweenMeasuredSizesAndExtrapolatesTheLastSlope) {
+  Cluster cluster;
+  cluster.devices = 4;
+  cluster.link = {1e9, 0.01};
+  cluster.allreduce = {{2, 1 << 20, 2.0, 0.1}, {2, 1 << 10, 0.5, 0.0}, {2, 1 << 22, 5.0, 0.2}};
+  const Ring two = RingOf(cluster, {0, 1});
+  EXPECT_NEAR(two.AllReduceMs(1 << 10), 0.5, 1e-12);
+  EXPECT_NEAR(two.AllReduceMs(100), 0.5, 1e-12);  // below the smallest: its time
+  EXPECT_NEAR(two.AllReduceMs((1 << 20) + (3 << 20) / 2), 3.5, 1e-12);  // halfway between 1 and 4 MiB
+  EXPECT_NEAR(two.AllReduceMs(7 << 20), 8.0, 1e-12);  // 1 ms per MiB beyond 4 MiB
+  // No samples for three ranks: the ring over the links.
+  const Ring three = RingOf(cluster, {0, 1, 2});
+  EXPECT_TRUE(three.measured.empty());
+  EXPECT_NEAR(three.AllReduceMs(3e6), 4 * (0.01 + 1e6 / 1e9 * 1e3), 1e-12);
+}
+
+TEST(MeasuredAllReduce, TheSimulatorUsesItForReplicas) {
+  Plan plan = FourLayers(1, 2, Optimizer::kSgd);
+  // One rank holds 4 MiB; measured 2-rank all-reduce of 4 MiB takes 6 ms.
+  plan.cluster.allreduce = {{2, 1 << 20, 3.0, 0.0}, {2, 1 << 22, 6.0, 0.0}};
+  EXPECT_NEAR(BuildCostModel(plan).value().allreduce_ms[0], 6.0, 1e-12);
+  const Expected<Cluster> back = ClusterFromJson(ClusterToJson(plan.cluster), "c.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->allreduce.size(), 2u);
+  EXPECT_EQ(back->allreduce[1].bytes, 1 << 22);
+  EXPECT_EQ(back->allreduce[1].ms, 6.0);
+}
+
+}  // namespace
+}  // namespace gpipe
