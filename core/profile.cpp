@@ -18,6 +18,7 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   layer.forward_ms = r.Number("forward_ms", 0.0);
   layer.backward_ms = r.Number("backward_ms", 0.0);
   layer.backward_weight_ms = r.OptionalNumber("backward_weight_ms", 0.0);
+  layer.backward_input_ms = r.OptionalNumber("backward_input_ms", 0.0);
   layer.param_bytes = r.Bytes("param_bytes");
   layer.activation_bytes = r.Bytes("activation_bytes");
   layer.output_bytes = r.Bytes("output_bytes");
@@ -93,6 +94,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                         {"activation_bytes", layer.activation_bytes},
                         {"output_bytes", layer.output_bytes}};
     if (layer.backward_weight_ms) l["backward_weight_ms"] = *layer.backward_weight_ms;
+    if (layer.backward_input_ms) l["backward_input_ms"] = *layer.backward_input_ms;
     if (layer.forward_workspace_bytes != 0) l["forward_workspace_bytes"] = layer.forward_workspace_bytes;
     if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
     layers.push_back(std::move(l));

@@ -28,6 +28,7 @@ std::map<int64_t, std::pair<int64_t, std::vector<LayerProfile>>> Points(const Pr
         layer.forward_ms = l.at("forward").at("median_ms").get<double>();
         layer.backward_ms = l.at("backward").at("median_ms").get<double>();
         if (l.contains("backward_weight")) layer.backward_weight_ms = l.at("backward_weight").at("median_ms").get<double>();
+        if (l.contains("backward_input")) layer.backward_input_ms = l.at("backward_input").at("median_ms").get<double>();
         layer.activation_bytes = l.at("activation_bytes").get<int64_t>();
         layer.output_bytes = l.at("output_bytes").get<int64_t>();
         layer.forward_workspace_bytes = l.value("forward_workspace_bytes", int64_t{0});
@@ -80,6 +81,7 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
       l.forward_ms *= scale;
       l.backward_ms *= scale;
       if (l.backward_weight_ms) *l.backward_weight_ms *= scale;
+      if (l.backward_input_ms) *l.backward_input_ms *= scale;
       l.activation_bytes = std::llround(static_cast<double>(l.activation_bytes) * scale);
       l.output_bytes = std::llround(static_cast<double>(l.output_bytes) * scale);
       l.forward_workspace_bytes = std::llround(static_cast<double>(l.forward_workspace_bytes) * scale);
@@ -107,6 +109,9 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
     l.backward_ms = std::max(0.0, Mix(a[i].backward_ms, b[i].backward_ms, t));
     if (a[i].backward_weight_ms && b[i].backward_weight_ms) {
       l.backward_weight_ms = std::clamp(Mix(*a[i].backward_weight_ms, *b[i].backward_weight_ms, t), 0.0, l.backward_ms);
+    }
+    if (a[i].backward_input_ms && b[i].backward_input_ms) {
+      l.backward_input_ms = std::max(0.0, Mix(*a[i].backward_input_ms, *b[i].backward_input_ms, t));
     }
     l.activation_bytes = MixBytes(a[i].activation_bytes, b[i].activation_bytes, t);
     l.output_bytes = MixBytes(a[i].output_bytes, b[i].output_bytes, t);

@@ -219,6 +219,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.forward_ms = m.forward.median_ms;
     layer.backward_ms = m.backward.median_ms;
     layer.backward_weight_ms = m.backward_weight.median_ms;
+    layer.backward_input_ms = m.backward_input.median_ms;
     layer.param_bytes = m.param_bytes;
     layer.activation_bytes = m.activation_bytes;
     layer.output_bytes = m.output_bytes;

@@ -80,35 +80,8 @@ struct Graph {
     }
     return meet;
   }
-
-  // Whether the backward from one of `points` reaches another through `closure`: then a W started
-  // at all of them would send the gradient down the input path twice (a weight used twice along
-  // it, as a tied embedding and head on one stage).
-  bool Nested(const std::set<Node*>& points, const std::unordered_set<Node*>& closure) const {
-    if (points.size() < 2) return false;
-    for (Node* start : points) {
-      std::unordered_set<Node*> seen{start};
-      std::vector<Node*> stack{start};
-      while (!stack.empty()) {
-        Node* node = stack.back();
-        stack.pop_back();
-        for (const Edge& edge : node->next_edges()) {
-          Node* next = edge.function.get();
-          if (next == nullptr || closure.count(next) == 0 || !seen.insert(next).second) continue;
-          if (points.count(next) > 0) return true;
-          stack.push_back(next);
-        }
-      }
-    }
-    return false;
-  }
 };
 
-std::vector<torch::Tensor> Run(const edge_list& roots, const std::vector<torch::Tensor>& seeds, bool accumulate,
-                               const edge_list& outputs) {
-  return torch::autograd::Engine::get_default_engine().execute(roots, seeds, /*keep_graph=*/true,
-                                                               /*create_graph=*/false, accumulate, outputs);
-}
 
 }  // namespace
 
@@ -141,73 +114,56 @@ WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, c
   }
   const std::unordered_set<Node*> closure = graph.DependentsOf(starts);
 
-  // Parameters grouped by where they meet the input path; each meeting node's input slots are
-  // captured in I. A parameter whose meeting points nest gets its gradient in I itself.
-  std::map<std::set<Node*>, std::vector<Edge>> groups;
-  std::vector<std::pair<torch::Tensor, size_t>> direct;  // parameter, outputs index
+  // Where each parameter's path meets the input path; each meeting node's input slots are
+  // captured in I.
+  std::set<Node*> meeting;
   for (const torch::Tensor& param : params) {
     if (!param.requires_grad()) continue;
     Edge edge = torch::autograd::impl::gradient_edge(param);
-    if (!edge.function || graph.owner.count(edge.function.get()) == 0) continue;
+    if (!edge.function || graph.owner.count(edge.function.get()) == 0) continue;  // not used
     std::set<Node*> meet = graph.MeetingPoints(edge.function.get(), closure);
     if (meet.empty()) continue;
-    if (graph.Nested(meet, closure)) {
-      direct.emplace_back(param, outputs.size());
-      outputs.push_back(std::move(edge));
-    } else {
-      groups[std::move(meet)].push_back(std::move(edge));
-    }
+    meeting.insert(meet.begin(), meet.end());
+    pass.params.push_back(std::move(edge));
   }
-  std::map<Node*, size_t> capture_at;  // meeting node -> index of its slot 0 in outputs
-  for (const auto& [meet, unused] : groups) {
-    for (Node* node : meet) {
-      if (!capture_at.emplace(node, outputs.size()).second) continue;
-      for (uint32_t slot = 0; slot < node->num_inputs(); ++slot) outputs.emplace_back(graph.owner.at(node), slot);
-    }
+  const size_t first_capture = outputs.size();
+  for (Node* node : meeting) {
+    for (uint32_t slot = 0; slot < node->num_inputs(); ++slot) outputs.emplace_back(graph.owner.at(node), slot);
   }
   if (outputs.empty()) return pass;
 
   const std::vector<torch::Tensor> seeds{grad.defined() ? grad : torch::ones_like(root)};
-  std::vector<torch::Tensor> captured = Run({root_edge}, seeds, /*accumulate=*/false, outputs);
+  std::vector<torch::Tensor> captured = torch::autograd::Engine::get_default_engine().execute(
+      {root_edge}, seeds, /*keep_graph=*/true, /*create_graph=*/false, /*accumulate_grad=*/false, outputs);
 
   for (size_t k = 0; k < anchors.size(); ++k) {
     if (anchor_slot[k] != kNone) (*anchor_grads)[k] = captured[anchor_slot[k]];
   }
-  for (auto& [meet, param_edges] : groups) {
-    WeightPass::Group group;
-    for (Node* node : meet) {
-      const size_t first = capture_at.at(node);
-      for (uint32_t slot = 0; slot < node->num_inputs(); ++slot) {
-        torch::Tensor& g = captured[first + slot];
-        if (!g.defined()) continue;
-        group.roots.emplace_back(graph.owner.at(node), slot);
-        group.grads.push_back(g);
-      }
+  size_t index = first_capture;
+  for (Node* node : meeting) {
+    const std::shared_ptr<Node>& owner = graph.owner.at(node);
+    for (uint32_t slot = 0; slot < node->num_inputs(); ++slot, ++index) {
+      if (!captured[index].defined()) continue;
+      pass.roots.emplace_back(owner, slot);
+      pass.grads.push_back(std::move(captured[index]));
     }
-    if (group.roots.empty()) continue;  // no gradient reached these parameters
-    group.params = std::move(param_edges);
-    pass.groups.push_back(std::move(group));
+    for (uint32_t e = 0; e < node->num_outputs(); ++e) {
+      if (closure.count(node->next_edge(e).function.get()) > 0) pass.cuts.emplace_back(owner, e);
+    }
   }
-  for (auto& [param, index] : direct) {
-    if (captured[index].defined()) pass.direct.emplace_back(param, captured[index]);
-  }
+  if (pass.roots.empty()) pass = WeightPass();  // no gradient reached a parameter
   return pass;
 }
 
 void WeightPass::Run() {
-  for (Group& group : groups) {
-    gpipe::executor::Run(group.roots, group.grads, /*accumulate=*/true, group.params);
+  if (!roots.empty()) {
+    // Not set_next_edge, which refuses a node that has parents: an empty edge needs no
+    // topological number update (the node's stays an upper bound).
+    for (const auto& [node, e] : cuts) node->next_edges()[e] = Edge();
+    torch::autograd::Engine::get_default_engine().execute(roots, grads, /*keep_graph=*/false, /*create_graph=*/false,
+                                                          /*accumulate_grad=*/true, params);
   }
-  groups.clear();
-  for (auto& [param, grad] : direct) {
-    torch::NoGradGuard no_grad;
-    if (param.grad().defined()) {
-      param.mutable_grad().add_(grad);
-    } else {
-      param.mutable_grad() = grad;
-    }
-  }
-  direct.clear();
+  *this = WeightPass();
 }
 
 }  // namespace gpipe::executor

@@ -7,9 +7,10 @@
 // anchors' path: for a linear layer, the gradient of its output, arriving at its addmm node. W
 // then starts at those nodes with those gradients and runs only what lies between them and the
 // parameters: the weight-gradient matmuls, not the layer's whole backward again. So I + W costs
-// one full backward. The graph is kept from I until W.
+// one full backward. The graph is kept from I until W, which frees it.
 #pragma once
 
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -20,20 +21,20 @@ namespace gpipe::executor {
 
 /// What I leaves for W.
 struct WeightPass {
-  /// Parameters whose paths meet the anchors' path at the same nodes: W for them starts at those
-  /// nodes' input slots (`roots`) with the gradients I captured there.
-  struct Group {
-    torch::autograd::edge_list roots;
-    std::vector<torch::Tensor> grads;
-    torch::autograd::edge_list params;
-  };
-  std::vector<Group> groups;
-  /// Parameters used twice along the input path (a tied embedding and head on one stage): their
-  /// gradients come whole from I, since a W started at both uses would count the path twice.
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> direct;
+  /// The input slots of the nodes where parameters' paths meet the anchors' path, and the
+  /// gradients I captured there.
+  torch::autograd::edge_list roots;
+  std::vector<torch::Tensor> grads;
+  /// The parameters' gradient edges (their accumulators).
+  torch::autograd::edge_list params;
+  /// The edges from those nodes into the input path, which W cuts before it runs: I has already
+  /// sent the gradient down them, and W must not again (one engine call then serves every
+  /// parameter, and a weight used twice along the input path is counted once per use).
+  std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uint32_t>> cuts;
 
-  /// W: accumulates every parameter's gradient into its `.grad()` (as a backward does) and drops
-  /// what I captured.
+  bool empty() const { return roots.empty(); }
+  /// W: accumulates every parameter's gradient into its `.grad()` (as a backward does) and frees
+  /// the graph. The last use of the graph.
   void Run();
 };
 

@@ -53,7 +53,7 @@ void LayerTable::StageBuilder::Extend() {
   forward_ += layer.forward_ms;
   backward_ += layer.backward_ms;
   weight_ += weight;
-  input_gradient_ += layer.backward_ms - weight;
+  input_gradient_ += layer.backward_input_ms.value_or(layer.backward_ms - weight);
   activation_ += static_cast<double>(layer.activation_bytes);
   params_ += static_cast<double>(layer.param_bytes);
   forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));

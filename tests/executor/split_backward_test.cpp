@@ -158,7 +158,7 @@ TEST(SplitBackward, FirstStageAnchorsAtLayerOutputs) {
   std::vector<torch::Tensor> anchor_grads;
   WeightPass w = BackwardInput(loss, torch::Tensor(), boundaries, params, &anchor_grads);
   for (const torch::Tensor& p : params) EXPECT_FALSE(p.grad().defined()) << "I computed a weight gradient";
-  EXPECT_FALSE(w.groups.empty());
+  EXPECT_FALSE(w.empty());
   w.Run();
   for (size_t i = 0; i < params.size(); ++i) {
     ASSERT_TRUE(params[i].grad().defined()) << "parameter " << i;
