@@ -1,7 +1,7 @@
 // The subcommands of gpipe-plan, as one table. Each entry names a subcommand, and its factory adds
 // the subcommand's flags to a CLI11 app and returns the object those flags fill; Run() then does
-// the work. cli/ holds no logic of its own: each command calls into planner/, simulator/ or
-// executor/ and prints.
+// the work. cli/ holds no logic of its own: each command reads its flags, calls into planner/,
+// simulator/, compare/ or executor/ and prints.
 #pragma once
 
 #include <iosfwd>

@@ -1,15 +1,19 @@
 // Calibration: fitting what a profile cannot know (core/calibration.h) from run records of
-// plans, by least squares on the record's own action times:
-//   - compute: each (run, rank, op, stage)'s median action time = scale[ranks on the node] x
-//     the profile's time + an overhead per forward or backward action (overheads that come out
-//     negative are dropped and the scales refitted);
-//   - sends: the median time a send occupies its rank;
-//   - links: for every message whose receiver was already waiting when the send was issued, the
-//     time from the send to the receive's end = latency + bytes / bandwidth;
+// plans, on the records' own action times (compare/calibration_samples.h reads them; the
+// records' first steps, warm-up, are left out):
+//   - compute: each (run, rank, op, stage)'s mean action time = scale[ranks on the node] x the
+//     profile's time + an overhead per forward or backward action, by least squares per
+//     ranks-per-node count (overheads that come out negative are dropped and the scales refitted;
+//     means, not medians: a step pays every action, stalls included);
+//   - sends: the mean time a send occupies its rank;
+//   - links: for every message whose receiver was already waiting when the send ended, the time
+//     from the send's end to the receive's end = latency + bytes / bandwidth, by least squares
+//     over messages of different sizes (of one size: the cluster's bandwidth is kept and the
+//     latency is the median of what is left);
 //   - the tail: each step's end minus the last action's end (less the predicted all-reduce) =
-//     step overhead + optimizer time per GiB of the last rank's parameters; plus how late the
-//     first action of a step starts.
-// The records' first steps (warm-up) are left out.
+//     step overhead + optimizer time per GiB of the last rank's parameters, by least squares when
+//     those parameters differ (else the median tail); plus the median start of a step's first
+//     action.
 #pragma once
 
 #include <optional>

@@ -16,6 +16,7 @@
 
 #include "core/cluster.h"
 #include "core/plan.h"
+#include "core/schedule/action.h"
 #include "core/status.h"
 
 namespace gpipe {
@@ -51,6 +52,34 @@ struct StageCost {
   /// The forward pass recomputed before a backward (0 without remat).
   double recompute_ms() const { return remat ? forward_ms : 0.0; }
 };
+
+/// Whether action `op` of a stage costing `c` recomputes the stage's forward first: a full or
+/// input-gradient backward of a remat stage (the weight gradient reuses what that recomputed).
+inline bool Recomputes(const StageCost& c, Op op) {
+  return c.remat && (op == Op::kBackward || op == Op::kBackwardInput);
+}
+
+/// The recomputed forward at the head of action `op` (0 when it recomputes nothing).
+inline double RecomputeMs(const StageCost& c, Op op) { return Recomputes(c, op) ? c.recompute_ms() : 0.0; }
+
+/// How long compute action `op` occupies its rank on a stage costing `c`, its recomputed forward
+/// included; 0 for sends and receives (what they cost is the link's and send_overhead_ms). The
+/// one definition the simulator, the step evaluator and the calibration fit share: whatever
+/// calibration `c` was built with is already in its times. Inline: the planner's step
+/// evaluations call it for every action.
+inline double ComputeMs(const StageCost& c, Op op) {
+  switch (op) {
+    case Op::kForward: return c.forward_ms;
+    case Op::kBackward: return c.recompute_ms() + c.backward_ms;
+    case Op::kBackwardInput: return c.recompute_ms() + c.backward_input_ms;
+    case Op::kBackwardWeight: return c.backward_weight_ms;
+    case Op::kSendActivation:
+    case Op::kRecvActivation:
+    case Op::kSendGradient:
+    case Op::kRecvGradient: return 0.0;
+  }
+  return 0.0;
+}
 
 struct CostModel {
   std::vector<StageCost> stages;

@@ -90,21 +90,6 @@ class Simulation {
     if (options_.record_timeline) result_.actions.push_back({rank, action, start, end, recompute});
   }
 
-  double ComputeMs(const Action& a) const {
-    const StageCost& c = costs_.stages[a.stage];
-    switch (a.op) {
-      case Op::kForward: return c.forward_ms;
-      case Op::kBackward: return c.recompute_ms() + c.backward_ms;
-      case Op::kBackwardInput: return c.recompute_ms() + c.backward_input_ms;
-      case Op::kBackwardWeight: return c.backward_weight_ms;
-      case Op::kSendActivation:
-      case Op::kRecvActivation:
-      case Op::kSendGradient:
-      case Op::kRecvGradient: return 0.0;
-    }
-    return 0.0;
-  }
-
   // Runs rank r's actions from time `now` until it starts a compute, waits or runs out.
   void Advance(int r, double now) {
     RankState& state = ranks_[r];
@@ -117,7 +102,7 @@ class Simulation {
         case Op::kBackward:
         case Op::kBackwardInput:
         case Op::kBackwardWeight: {
-          const double duration = ComputeMs(a);
+          const double duration = ComputeMs(c, a.op);
           Change(r, now, EffectOf(schedule_, a, c).at_start);
           state.computing = true;
           state.compute_start = now;
@@ -194,8 +179,7 @@ class Simulation {
     }
     const StageCost& c = costs_.stages[a.stage];
     Change(r, now, EffectOf(schedule_, a, c).at_end);
-    const double recompute = (a.op == Op::kBackward || a.op == Op::kBackwardInput) ? c.recompute_ms() : 0.0;
-    Record(r, a, state.compute_start, now, recompute);
+    Record(r, a, state.compute_start, now, RecomputeMs(c, a.op));
     result_.ranks[r].end_ms = now;
     ++state.next;
   }

@@ -58,10 +58,10 @@ double StepEvaluator::StepTimeMs(const CostModel& costs) const {
     double& now = rank_time_[step.rank];
     const StageCost& c = costs.stages[step.stage];
     switch (step.op) {
-      case Op::kForward: now = now + c.forward_ms; break;
-      case Op::kBackward: now = now + (c.recompute_ms() + c.backward_ms); break;
-      case Op::kBackwardInput: now = now + (c.recompute_ms() + c.backward_input_ms); break;
-      case Op::kBackwardWeight: now = now + c.backward_weight_ms; break;
+      case Op::kForward:
+      case Op::kBackward:
+      case Op::kBackwardInput:
+      case Op::kBackwardWeight: now = now + ComputeMs(c, step.op); break;
       case Op::kSendActivation:
       case Op::kSendGradient: {
         const double bytes = step.op == Op::kSendGradient ? c.input_bytes : c.output_bytes;
