@@ -2,12 +2,12 @@
 """Peak activation memory per rank with and without rematerialization, measured by gpipe-plan run.
 
 For the tiny GPT on K=2 ranks under GPipe, M in {1,4,8}, a fixed global batch: each rank's
-activation peak is the last step's peak minus what the rank held as the step began (weights and
+activation peak is the last step's peak minus what the rank held as the step began (parameters and
 optimizer state), both from the executor's counting allocator (see docs/executor.md). GPipe's
 claim: without remat a rank keeps all M micro-batches' activations (A, the same total for any M at
 a fixed global batch); with remat only its stage input per micro-batch plus one micro-batch's
 activations while it recomputes: M * input(b) + A / M. Both also hold the stage's gradients (G,
-as many bytes as its weights), so the claim printed is M * input + (no-remat - G) / M + G. The cut
+as many bytes as its parameters), so the claim printed is M * input + (no-remat - G) / M + G. The cut
 is fixed at the middle layer for every M.
 
   python3 bench/remat_memory.py [--binary build/gpipe-plan] [--global-batch 64] [--json OUT]
@@ -72,12 +72,12 @@ def main():
                 rec, stages = measure(args.binary, tmp, args.model, args.global_batch, m, remat)
                 for r in rec["ranks"]:
                     measured[(remat, r["rank"])] = r["step_peak_memory_bytes"][-1] - r["step_start_memory_bytes"][-1]
-                    measured[("weights", r["rank"])] = r["static_memory_bytes"]
+                    measured[("parameters", r["rank"])] = r["parameter_bytes"]
             for rank in (0, 1):
                 # A stage's input for one micro-batch: int64 token ids on stage 0, fp32 [b, seq, dim] after.
                 stage_input = b * seq * 8 if rank == 0 else b * seq * dim * 4
-                # Both peaks also hold the stage's gradients (as many bytes as its weights).
-                grads = measured[("weights", rank)]
+                # Both peaks also hold the stage's gradients (as many bytes as its parameters).
+                grads = measured[("parameters", rank)]
                 all_acts = measured[("off", rank)] - grads
                 claim = m * stage_input + all_acts / m + grads
                 rows.append({"microbatches": m, "rank": rank, "no_remat_bytes": all_acts,

@@ -22,9 +22,12 @@ class CompareCommand : public Command {
         "Examples:\n"
         "  gpipe-plan compare build/tiny-gpt-plan.json build/tiny-gpt-run.json --svg both.svg --trace both.json\n"
         "  gpipe-plan compare PLAN.json RUN.json --cluster calibrated.json --json\n"
-        "Measured figures are medians over the record's steps after the first. The findings say which part of\n"
-        "the difference comes from compute (a slow stage), waiting (a slow link or peer), sends, gaps between\n"
-        "actions, and the work after the last action (optimizer step); 'gpipe-plan calibrate' fits them.");
+        "Measured figures are medians over the record's steps after the first (the samples/s that 'run'\n"
+        "prints). Errors are (predicted - measured) / measured, differences predicted - measured: negative\n"
+        "when the prediction is too low. The bubble is the pipeline's fill, drain and waits (0 for one rank);\n"
+        "idle is all time not computing. The findings say which part of the difference comes from compute\n"
+        "(a slow stage), waiting (a slow link or peer), sends, gaps between actions, and the work after the\n"
+        "last action (optimizer step); 'gpipe-plan calibrate' fits them.");
   }
 
   int Run(std::ostream& out, std::ostream& err) override {

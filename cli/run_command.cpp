@@ -155,16 +155,7 @@ class RunCommand : public Command {
           pictures_.Write(TimelineFromRecord(record, step, PlanTitle(plan, "measured (step " + std::to_string(step + 1) + ")")));
       if (!written.ok()) return Fail(err, "run", written);
     }
-    out << Sprintf("%s: %zu steps, loss %.4f -> %.4f, %.1f samples/s (steps after the first), %s\n",
-                  record.model.c_str(), record.steps.size(), record.steps.empty() ? 0.0 : record.steps.front().loss,
-                  record.steps.empty() ? 0.0 : record.steps.back().loss, record.throughput_samples_per_s,
-                  record.backend.c_str());
-    for (const RankRecord& r : record.ranks) {
-      out << Sprintf("  rank %d (stages", r.rank);
-      for (int s : r.stages) out << " " << s;
-      out << Sprintf("): peak memory %s, of which weights %s\n", FormatBytes(r.peak_memory_bytes).c_str(),
-                    FormatBytes(r.static_memory_bytes).c_str());
-    }
+    out << FormatRunSummary(record);
     if (!record_path_.empty()) out << "record written to " << record_path_ << "\n";
     return kExitOk;
   }

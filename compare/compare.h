@@ -6,7 +6,12 @@
 // (optimizer step, step bookkeeping).
 //
 // Measured figures are medians over the record's steps after the first (the first warms up),
-// or the one step there is.
+// or the one step there is: the step time is MeasuredStepMs and the throughput ThroughputOf, the
+// figures `run` prints. Every error, in the table, the findings and the JSON, is
+// (predicted - measured) / measured (RelativeError, core/statistics.h), and every difference in
+// milliseconds predicted - measured: negative when the prediction is too low. The bubble is the
+// pipeline bubble of simulator/bubble.h for both sides (0 for one rank); the time ranks spend not
+// computing is the idle fraction, apart.
 #pragma once
 
 #include <string>
@@ -50,7 +55,10 @@ struct Comparison {
   /// Half the interquartile range of the measured steps.
   double measured_step_spread_ms = 0;
   double predicted_throughput = 0, measured_throughput = 0;
+  /// The pipeline bubble (simulator/bubble.h); measured: its median over the steps.
   double predicted_bubble = 0, measured_bubble = 0;
+  /// 1 - busy rank-time / (ranks x step time): not computing, for whatever reason.
+  double predicted_idle = 0, measured_idle = 0;
   /// From the last action's end (and all-reduce) to the step's end.
   double predicted_after_ms = 0, measured_after_ms = 0;
   std::vector<RankComparison> ranks;
@@ -60,8 +68,9 @@ struct Comparison {
   /// The simulated step and the record's last step.
   Timeline predicted, measured;
 
-  /// (predicted - measured) / measured.
-  double StepError() const { return (predicted_step_ms - measured_step_ms) / measured_step_ms; }
+  /// RelativeError(predicted, measured) of the step time: negative when the run was slower.
+  double StepError() const { return RelativeError(predicted_step_ms, measured_step_ms); }
+  /// The same for peak memory, on the rank with the largest |error|.
   double PeakMemoryError() const;
 };
 

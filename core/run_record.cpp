@@ -5,6 +5,8 @@
 
 #include "core/json_reader.h"
 #include "core/statistics.h"
+#include "core/text.h"
+#include "core/units.h"
 
 namespace gpipe {
 namespace {
@@ -74,9 +76,25 @@ std::vector<double> MeasuredStepTimes(const std::vector<StepRecord>& steps) {
   return times;
 }
 
+double MeasuredStepMs(const std::vector<StepRecord>& steps) { return Median(MeasuredStepTimes(steps)); }
+
 double ThroughputOf(const std::vector<StepRecord>& steps, int64_t global_batch) {
-  const double mean_ms = Mean(MeasuredStepTimes(steps));
-  return mean_ms > 0 ? static_cast<double>(global_batch) / (mean_ms / 1000.0) : 0;
+  const double step_ms = MeasuredStepMs(steps);
+  return step_ms > 0 ? static_cast<double>(global_batch) / (step_ms / 1000.0) : 0;
+}
+
+std::string FormatRunSummary(const RunRecord& record) {
+  std::string out = Sprintf("%s: %zu steps, loss %.4f -> %.4f, %.1f samples/s (at the median step after the first), %s\n",
+                            record.model.c_str(), record.steps.size(), record.steps.empty() ? 0.0 : record.steps.front().loss,
+                            record.steps.empty() ? 0.0 : record.steps.back().loss,
+                            ThroughputOf(record.steps, record.global_batch), record.backend.c_str());
+  for (const RankRecord& r : record.ranks) {
+    out += Sprintf("  rank %d (stages", r.rank);
+    for (int s : r.stages) out += " " + std::to_string(s);
+    out += Sprintf("): peak memory %s, of which parameters %s\n", FormatBytes(static_cast<double>(r.peak_memory_bytes)).c_str(),
+                   FormatBytes(static_cast<double>(r.parameter_bytes)).c_str());
+  }
+  return out;
 }
 
 Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::string& where) {
@@ -86,7 +104,7 @@ Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::s
   rank.replica = static_cast<int>(r.OptionalInteger("replica", 0, INT32_MAX, 0));
   rank.pipeline_rank = static_cast<int>(r.OptionalInteger("pipeline_rank", 0, INT32_MAX, rank.rank));
   rank.peak_memory_bytes = r.Bytes("peak_memory_bytes");
-  rank.static_memory_bytes = r.OptionalBytes("static_memory_bytes", 0);
+  rank.parameter_bytes = r.OptionalBytes("parameter_bytes", r.OptionalBytes("static_memory_bytes", 0));
   if (const nlohmann::json* stages = r.Raw("stages"); stages != nullptr && r.status().ok()) {
     if (!stages->is_array()) {
       r.Fail("stages", "is " + Describe(*stages) + "; expected a list of stage numbers");
@@ -138,7 +156,7 @@ nlohmann::json RankRecordToJson(const RankRecord& rank) {
           {"pipeline_rank", rank.pipeline_rank},
           {"stages", rank.stages},
           {"peak_memory_bytes", rank.peak_memory_bytes},
-          {"static_memory_bytes", rank.static_memory_bytes},
+          {"parameter_bytes", rank.parameter_bytes},
           {"step_peak_memory_bytes", rank.step_peak_memory_bytes},
           {"step_start_memory_bytes", rank.step_start_memory_bytes},
           {"actions", std::move(actions)}};

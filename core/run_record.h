@@ -38,11 +38,13 @@ struct RankRecord {
   std::vector<int> stages;
   /// Peak bytes of tensor storage allocated by this rank (see RunRecord::memory_measure).
   int64_t peak_memory_bytes = 0;
-  /// Bytes held before the first step: weights (and, after it, gradients and optimizer state).
-  int64_t static_memory_bytes = 0;
+  /// Parameters: the bytes the rank's layers hold once built, before the optimizer, the data and
+  /// any checkpoint are loaded. (The simulator's static bytes are the model state: parameters,
+  /// gradients and optimizer state.) Read from "static_memory_bytes" in older records.
+  int64_t parameter_bytes = 0;
   /// Each step's peak, so the warm-up step can be told apart.
   std::vector<int64_t> step_peak_memory_bytes;
-  /// What the rank held as each step began (weights, optimizer state; gradients are freed):
+  /// What the rank held as each step began (parameters, optimizer state, the data; gradients are freed):
   /// a step's peak minus this is what the step itself added (activations, gradients, buffers).
   std::vector<int64_t> step_start_memory_bytes;
   std::vector<ActionRecord> actions;
@@ -69,8 +71,7 @@ struct RunRecord {
   /// What peak_memory_bytes counts, in words.
   std::string memory_measure;
   std::vector<StepRecord> steps;
-  /// Samples per second over the steps after the first (the first warms up); over all steps when
-  /// there is only one.
+  /// ThroughputOf(steps, global_batch): samples per second at the median step after the first.
   double throughput_samples_per_s = 0;
   std::vector<RankRecord> ranks;
   nlohmann::json extra = nlohmann::json::object();
@@ -81,8 +82,16 @@ std::vector<StepRecord> MeasuredSteps(const std::vector<StepRecord>& steps);
 /// Their times.
 std::vector<double> MeasuredStepTimes(const std::vector<StepRecord>& steps);
 
-/// global_batch / mean step time over the steps after the first (all steps if only one).
+/// The measured step time of a run: the median of MeasuredStepTimes. run, compare, calibrate and
+/// validate all report this one figure.
+double MeasuredStepMs(const std::vector<StepRecord>& steps);
+
+/// Samples per second at that step time: global_batch / MeasuredStepMs (0 for no steps).
 double ThroughputOf(const std::vector<StepRecord>& steps, int64_t global_batch);
+
+/// What `gpipe-plan run` prints at the end: the loss, ThroughputOf the steps (the figure compare
+/// reports as measured), and per rank its peak memory and parameter bytes.
+std::string FormatRunSummary(const RunRecord& record);
 
 Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::string& where);
 Expected<RunRecord> LoadRunRecord(const std::string& path);

@@ -29,6 +29,10 @@ double Mean(const std::vector<double>& values) {
   return sum / static_cast<double>(values.size());
 }
 
+double RelativeError(double predicted, double measured) {
+  return measured != 0 ? (predicted - measured) / measured : 0.0;
+}
+
 double HalfIqr(std::vector<double> values) {
   if (values.size() < 2) return 0;
   std::sort(values.begin(), values.end());

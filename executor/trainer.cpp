@@ -111,6 +111,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   config.device = options.device;
   config.split_backward = plan.schedule == ScheduleKind::kZbH1;
   StageRunner runner(config, std::move(stages), comm);
+  outcome.record.parameter_bytes = meter.CurrentBytes();  // the layers as built, nothing else yet
   outcome.has_last_stage = runner.HasLastStage();
   const std::vector<torch::Tensor> params = runner.Parameters();
   std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(plan, model, params);
@@ -143,7 +144,6 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
 
   const std::vector<Action>& actions = lowered.ranks[static_cast<size_t>(prank)];
   const int64_t replica_batch = plan.global_batch / D;
-  outcome.record.static_memory_bytes = meter.CurrentBytes();
   for (int step = first_step; step < options.steps; ++step) {
     {
       // Dropout draws from the process-wide generator: reseeding it per step and rank makes a

@@ -35,7 +35,7 @@ struct StageCost {
   double input_bytes = 0;
   /// The stage's output per micro-batch, sent to the next stage.
   double output_bytes = 0;
-  /// Parameters, gradients and optimizer state.
+  /// Model state: parameters, gradients and optimizer state ("model state" in every report).
   double static_bytes = 0;
   /// Transient bytes while a forward / a backward runs, on top of what the memory model holds
   /// (the largest over the stage's layers; a backward's includes the gradient passed between its

@@ -74,6 +74,7 @@ MemoryEffect EffectOf(const Action& action, const StageCost& stage, bool receive
 MemoryEffect EffectOf(const Schedule& schedule, const Action& action, const StageCost& stage);
 
 struct MemoryPeak {
+  /// Model state: parameters, gradients and optimizer state of the rank's stages.
   double static_bytes = 0;
   double peak_bytes = 0;
   /// At the peak: activations (stashed and recomputed) and communication buffers.

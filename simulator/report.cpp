@@ -40,8 +40,9 @@ nlohmann::json SimResultToJson(const Plan& plan, const SimResult& result) {
                      {"stages", stages},
                      {"busy_ms", rank.busy_ms},
                      {"end_ms", rank.end_ms},
+                     {"wait_ms", rank.wait_ms},
                      {"peak_memory_bytes", rank.peak_memory_bytes},
-                     {"static_bytes", rank.static_bytes},
+                     {"model_state_bytes", rank.static_bytes},
                      {"peak_activation_bytes", rank.peak_activation_bytes},
                      {"peak_buffer_bytes", rank.peak_buffer_bytes},
                      {"max_in_flight_microbatches", rank.max_in_flight},
@@ -82,11 +83,11 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
   out += "step time   " + FormatMs(result.step_time_ms) + "\n";
   out += "throughput  " + Format("%.2f", result.throughput_samples_per_s) + " samples/s\n";
   out += "bubble      " + Format("%.1f%%", 100.0 * result.bubble_fraction) +
-         "  (equal stages, free links: (K-1)/(M+K-1) = " +
+         "  (pipeline fill, drain and waits; equal stages, free links: (K-1)/(M+K-1) = " +
          Format("%.1f%%", 100.0 * GpipeBubble(ranks, plan.microbatches)) + ")\n\n";
   const double limit = static_cast<double>(plan.cluster.device_memory_bytes);
   out += Pad("rank", 5) + Pad("stages", 8) + Pad("layers", 12) + Pad("busy", 11) + Pad("idle", 7) +
-         Pad("peak memory", 12) + Pad("= static", 12) + Pad("+ activations", 14) + Pad("+ buffers", 11) +
+         Pad("peak memory", 12) + Pad("= model state", 15) + Pad("+ activations", 14) + Pad("+ buffers", 11) +
          "of " + FormatBytes(limit) + "\n";
   bool over = false;
   for (int r = 0; r < ranks; ++r) {
@@ -96,11 +97,12 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
     over = over || !fits;
     out += Pad(std::to_string(r), 5) + Pad(StagesOf(plan, r, false), 8) + Pad(StagesOf(plan, r, true), 12) +
            Pad(FormatMs(rank.busy_ms), 11) + Pad(Format("%.1f%%", 100.0 * idle), 7) +
-           Pad(FormatBytes(rank.peak_memory_bytes), 12) + Pad(FormatBytes(rank.static_bytes), 12) +
+           Pad(FormatBytes(rank.peak_memory_bytes), 12) + Pad(FormatBytes(rank.static_bytes), 15) +
            Pad(FormatBytes(rank.peak_activation_bytes), 14) + Pad(FormatBytes(rank.peak_buffer_bytes), 11) +
            (fits ? "fits" : "OVER by " + FormatBytes(rank.peak_memory_bytes - limit)) + "\n";
   }
-  out += "(an r after a stage number: rematerialized)\n";
+  out += "(idle: share of the step not computing; model state: parameters + gradients + optimizer state;\n"
+         " r after a stage number: rematerialized)\n";
   if (plan.replicas > 1) {
     double allreduce = 0;
     for (double ms : costs.allreduce_ms) allreduce = std::max(allreduce, ms);

@@ -1,6 +1,7 @@
 // Presenting a simulation: the readable summary and the JSON object that scripts read
 // (`simulate --json`; the keys step_time_ms, bubble_fraction, throughput_samples_per_s and
-// ranks[].busy_ms / peak_memory_bytes are a contract).
+// ranks[].busy_ms / peak_memory_bytes are a contract). bubble_fraction is the pipeline bubble of
+// simulator/bubble.h; ranks[].model_state_bytes is parameters + gradients + optimizer state.
 #pragma once
 
 #include <string>

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "simulator/bubble.h"
 #include "simulator/event_queue.h"
 #include "simulator/memory_model.h"
 
@@ -53,6 +54,7 @@ class Simulation {
         RankState& state = ranks_[event.rank];
         if (state.waiting_for == event.key) {
           state.waiting_for = -1;
+          result_.ranks[event.rank].wait_ms += now - state.wait_start;
           const Action& recv = schedule_.ranks[event.rank][state.next];
           Record(event.rank, recv, state.wait_start, now, 0.0);
           ++state.next;
@@ -186,11 +188,11 @@ class Simulation {
 
   void Summarize() {
     double step = last_arrival_ms_;
-    double busy = 0;
+    std::vector<RankSpan> spans;
     for (size_t r = 0; r < result_.ranks.size(); ++r) {
       const RankResult& rank = result_.ranks[r];
       step = std::max(step, rank.end_ms + costs_.AfterLastActionMs(static_cast<int>(r)));
-      busy += rank.busy_ms;
+      spans.push_back({rank.wait_ms, rank.end_ms});
     }
     for (int r = 0; r < schedule_.num_ranks(); ++r) {
       RankResult& rank = result_.ranks[r];
@@ -208,8 +210,7 @@ class Simulation {
       }
     }
     result_.step_time_ms = step;
-    const double capacity = step * schedule_.num_ranks();
-    result_.bubble_fraction = capacity > 0 ? 1.0 - busy / capacity : 0.0;
+    result_.bubble_fraction = BubbleFraction(spans);
     result_.throughput_samples_per_s = step > 0 ? static_cast<double>(costs_.global_batch) / step * 1e3 : 0.0;
   }
 

@@ -54,6 +54,9 @@ struct RankResult {
   double busy_ms = 0;
   /// When the rank's last action ended.
   double end_ms = 0;
+  /// Time its receives waited for their messages.
+  double wait_ms = 0;
+  /// Model state: parameters, their gradients and the optimizer state (held all step).
   double static_bytes = 0;
   double peak_memory_bytes = 0;
   /// What was live at the peak, beyond static_bytes: stashed activations (with any recomputed
@@ -68,7 +71,8 @@ struct RankResult {
 
 struct SimResult {
   double step_time_ms = 0;
-  /// 1 - total busy rank-time / (ranks x step time).
+  /// The pipeline bubble (simulator/bubble.h): waiting and drain over the pipeline's rank-time;
+  /// 0 for one rank.
   double bubble_fraction = 0;
   double throughput_samples_per_s = 0;
   std::vector<RankResult> ranks;

@@ -86,12 +86,12 @@ RunRecord TinyRecord() {
   r.model = "m";
   r.global_batch = 8;
   r.microbatches = 2;
-  r.steps = {{0, 4.5, 100}, {1, 4.0, 50}, {2, 3.5, 30}};
+  r.steps = {{0, 4.5, 100}, {1, 4.0, 50}, {2, 3.5, 30}, {3, 3.4, 100}};
   r.throughput_samples_per_s = ThroughputOf(r.steps, r.global_batch);
   RankRecord rank;
   rank.stages = {0};
   rank.peak_memory_bytes = 1000;
-  rank.static_memory_bytes = 10;
+  rank.parameter_bytes = 10;
   rank.step_peak_memory_bytes = {900, 1000};
   rank.step_start_memory_bytes = {10, 20};
   rank.actions = {{1, {Op::kForward, 0, 1}, 1.0, 2.5, 0}, {1, {Op::kBackward, 0, 1}, 3.0, 6.0, 1.0}};
@@ -101,11 +101,23 @@ RunRecord TinyRecord() {
 
 TEST(RunRecordFormatTest, RoundTripsAndThroughputSkipsTheFirstStep) {
   const RunRecord record = TinyRecord();
-  EXPECT_DOUBLE_EQ(record.throughput_samples_per_s, 8 / 0.040);  // mean of 50 and 30 ms
+  EXPECT_DOUBLE_EQ(MeasuredStepMs(record.steps), 50);             // median of 50, 30, 100 ms (the mean is 60)
+  EXPECT_DOUBLE_EQ(record.throughput_samples_per_s, 8 / 0.050);
   Expected<RunRecord> again = RunRecordFromJson(RunRecordToJson(record), "r.json");
   ASSERT_TRUE(again.ok()) << again.status().message();
   EXPECT_EQ(RunRecordToJson(*again), RunRecordToJson(record));
   EXPECT_EQ(again->ranks[0].actions[1].action, (Action{Op::kBackward, 0, 1}));
+}
+
+TEST(RunRecordFormatTest, ParameterBytesReadFromOlderRecordsToo) {
+  nlohmann::json json = RunRecordToJson(TinyRecord());
+  EXPECT_EQ(json["ranks"][0]["parameter_bytes"], 10);
+  json["ranks"][0].erase("parameter_bytes");
+  json["ranks"][0]["static_memory_bytes"] = 12;  // what records named it before
+  Expected<RunRecord> again = RunRecordFromJson(json, "r.json");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->ranks[0].parameter_bytes, 12);
+  EXPECT_NE(FormatRunSummary(*again).find("of which parameters 12 B"), std::string::npos) << FormatRunSummary(*again);
 }
 
 TEST(RunRecordFormatTest, BadRecordsNameTheField) {

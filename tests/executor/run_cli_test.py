@@ -63,7 +63,7 @@ def two_ranks_record(binary, tmp):
     assert rec["throughput_samples_per_s"] > 0
     assert [r["rank"] for r in rec["ranks"]] == [0, 1]
     for r in rec["ranks"]:
-        assert r["peak_memory_bytes"] > r["static_memory_bytes"] > 0, r
+        assert r["peak_memory_bytes"] > r["parameter_bytes"] > 0, r
         computes = [a for a in r["actions"] if a["step"] == 2 and a["action"][1] in "FB"]
         assert len(computes) == 8, computes  # 4 forwards + 4 backwards per rank
     with open(trace) as f:
@@ -327,6 +327,15 @@ def validate_compare_calibrate(binary, tmp):
     result = sh([binary, "compare", os.path.join(out_dir, "k2-m4-gpipe.plan.json"),
                  os.path.join(out_dir, "k2-m4-gpipe.run.json"), "--cluster", calibrated, "--svg", svg])
     assert "where they differ" in result.stdout and "sim 1" in open(svg).read() and "run 1" in open(svg).read()
+    # one convention per figure: compare's measured samples/s is the one run printed (the record's,
+    # at the median step after the first), one rank has no bubble, errors are predicted - measured
+    k1_record = os.path.join(out_dir, "k1-m4-gpipe.run.json")
+    k1 = json.loads(sh([binary, "compare", os.path.join(out_dir, "k1-m4-gpipe.plan.json"), k1_record, "--json"]).stdout)
+    measured = record(k1_record)["throughput_samples_per_s"]
+    assert abs(k1["measured_throughput_samples_per_s"] - measured) <= 1e-9 * measured, (k1, measured)
+    assert k1["measured_bubble_fraction"] == 0 and k1["predicted_bubble_fraction"] == 0, k1
+    assert k1["measured_idle_fraction"] > 0, k1
+    assert abs(k1["step_error"] - (k1["predicted_step_ms"] - k1["measured_step_ms"]) / k1["measured_step_ms"]) < 1e-9, k1
     # calibrate writes a cluster the planner accepts, and judges held-out runs
     again = os.path.join(tmp, "again.json")
     result = sh([binary, "calibrate", os.path.join(out_dir, "k1-m2-gpipe.run.json"),
