@@ -132,8 +132,11 @@ void GatherTails(const CostedRun& run, CalibrationSamples& samples) {
 }  // namespace
 
 Status GatherCalibrationSamples(const CalibrationRun& run, CalibrationSamples& samples) {
+  // Fitted against the bare profile: a fitted calibration replaces the profile's measured step
+  // costs too (simulator/cost_model.h, EffectiveCalibration).
   Plan plan = run.plan;
   plan.cluster.calibration.reset();
+  plan.profile.step_costs.reset();
   GPIPE_RETURN_IF_ERROR(CheckRecordOfPlan(run, plan));
   Expected<CostModel> costs = BuildCostModel(plan);
   if (!costs.ok()) return Status::Invalid(run.name + ": " + costs.status().message());
