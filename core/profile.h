@@ -25,10 +25,6 @@ struct LayerProfile {
   double backward_ms = 0;
   /// The weight-gradient part of backward_ms, when measured (zero-bubble schedules need it).
   std::optional<double> backward_weight_ms;
-  /// The input-gradient pass I of a backward split into I and W, when measured; without it a
-  /// zero-bubble schedule's I costs backward_ms - backward_weight_ms. Measured, I + W may exceed
-  /// backward_ms (W re-reads what the whole backward had in cache).
-  std::optional<double> backward_input_ms;
   int64_t param_bytes = 0;
   /// Bytes kept for backward, one micro-batch, without rematerialization.
   int64_t activation_bytes = 0;
@@ -39,6 +35,10 @@ struct LayerProfile {
   /// and temporaries, freed by its end). Optional in the file (0: not measured).
   int64_t forward_workspace_bytes = 0;
   int64_t backward_workspace_bytes = 0;
+  /// (Last, so that positional initializers of the fields above stay valid.) The input-gradient pass I of a backward split into I and W, when measured; without it a
+  /// zero-bubble schedule's I costs backward_ms - backward_weight_ms. Measured, I + W may exceed
+  /// backward_ms (W re-reads what the whole backward had in cache).
+  std::optional<double> backward_input_ms = std::nullopt;
 };
 
 struct Profile {
