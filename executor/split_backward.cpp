@@ -96,7 +96,7 @@ WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, c
   // The input path: what depends on an anchor, and the root itself (a parameter whose path meets
   // no anchor meets it there).
   edge_list outputs;
-  std::vector<size_t> anchor_slot;  // anchors[k] -> outputs index, or npos
+  std::vector<size_t> anchor_slot;  // anchors[k] -> outputs index, or kNone
   std::vector<Node*> starts{root_edge.function.get()};
   for (const torch::Tensor& anchor : anchors) {
     if (!anchor.defined() || !anchor.requires_grad()) {
