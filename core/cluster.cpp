@@ -11,7 +11,7 @@ namespace gpipe {
 namespace {
 
 const std::set<std::string> kKnownTop = {"format", "name", "devices", "device_memory_bytes",
-                                         "link", "nodes", "links", "calibration", "allreduce"};
+                                         "link", "nodes", "links", "calibration", "allreduce", "send_overhead_ms"};
 
 // Below these, a value is in the wrong unit (GB/s or GiB written as bytes), not a real device.
 constexpr double kMinBandwidth = 1e5;
@@ -116,6 +116,7 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
       cluster.allreduce.push_back(sample);
     }
   }
+  cluster.send_overhead_ms = r.OptionalNumber("send_overhead_ms", 0.0);
   if (const nlohmann::json* calibration = r.OptionalObject("calibration")) {
     Expected<Calibration> c = CalibrationFromJson(*calibration, r.Where("calibration"));
     if (c.ok()) cluster.calibration = *c; else r.Fail(c.status());
@@ -149,6 +150,7 @@ nlohmann::json ClusterToJson(const Cluster& cluster) {
     json["links"] = std::move(links);
   }
   if (cluster.calibration) json["calibration"] = CalibrationToJson(*cluster.calibration);
+  if (cluster.send_overhead_ms) json["send_overhead_ms"] = *cluster.send_overhead_ms;
   if (!cluster.allreduce.empty()) {
     nlohmann::json samples = nlohmann::json::array();
     for (const AllReduceSample& a : cluster.allreduce) {

@@ -59,6 +59,9 @@ struct Cluster {
   /// Measured all-reduces; the simulator prices a group of a measured size from these rather than
   /// from the links' ring model.
   std::vector<AllReduceSample> allreduce;
+  /// Measured by profile-links: how long issuing a send occupies the sending rank (the wire's call
+  /// returning, before the message arrives); used when there is no calibration.
+  std::optional<double> send_overhead_ms;
   nlohmann::json extra = nlohmann::json::object();
 
   /// The link that carries messages from device `from` to device `to`.

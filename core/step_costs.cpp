@@ -30,6 +30,8 @@ Calibration StepCosts::AsCalibration(const std::string& optimizer) const {
   Calibration c;
   for (const Measured& scale : compute_scale) c.compute_scale.push_back(scale.median);
   c.step_overhead_ms = step_overhead_ms.median;
+  c.forward_overhead_ms = {forward_overhead_ms.median};
+  c.backward_overhead_ms = {backward_overhead_ms.median};
   auto it = optimizer_ms_per_gib.find(optimizer == "adam-mixed" ? "adam" : optimizer);
   if (it != optimizer_ms_per_gib.end()) c.optimizer_ms_per_gib = it->second.median;
   c.sends_held = sends_held;
@@ -49,6 +51,11 @@ Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::str
   }
   if (r.Has("step_overhead_ms")) {
     costs.step_overhead_ms = ReadMeasured(json.at("step_overhead_ms"), r.Where("step_overhead_ms"), &status, false);
+  }
+  for (const char* key : {"forward_overhead_ms", "backward_overhead_ms"}) {
+    if (!r.Has(key)) continue;
+    Measured& m = std::string(key) == "forward_overhead_ms" ? costs.forward_overhead_ms : costs.backward_overhead_ms;
+    m = ReadMeasured(json.at(key), r.Where(key), &status, false);
   }
   if (r.Has("compute_scale")) {
     const nlohmann::json* scales = r.Array("compute_scale");
@@ -71,6 +78,8 @@ nlohmann::json StepCostsToJson(const StepCosts& costs) {
   for (const Measured& m : costs.compute_scale) scales.push_back(MeasuredToJson(m));
   nlohmann::json json = {{"optimizer_ms_per_gib", optimizers},
                          {"step_overhead_ms", MeasuredToJson(costs.step_overhead_ms)},
+                         {"forward_overhead_ms", MeasuredToJson(costs.forward_overhead_ms)},
+                         {"backward_overhead_ms", MeasuredToJson(costs.backward_overhead_ms)},
                          {"compute_scale", scales},
                          {"sends_held", costs.sends_held}};
   if (!costs.source.empty()) json["source"] = costs.source;

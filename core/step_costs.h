@@ -29,6 +29,10 @@ struct StepCosts {
   std::map<std::string, Measured> optimizer_ms_per_gib;
   /// Paid once per step by every rank: zeroing gradients and taking its share of the batch.
   Measured step_overhead_ms;
+  /// What the executor adds to every forward and every backward action (B, I and W each) beyond
+  /// its layers' compute.
+  Measured forward_overhead_ms;
+  Measured backward_overhead_ms;
   /// Entry n - 1: layer times while n ranks compute at once on the node, over layer times alone
   /// (entry 0 is 1).
   std::vector<Measured> compute_scale;

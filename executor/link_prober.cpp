@@ -92,6 +92,7 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
                                    ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
                                    : torch::Device(torch::kCPU);
   std::vector<LinkFit> fits;
+  std::vector<double> issue;  // this rank's send-issue times, smallest message
   try {
     // Pairs in a fixed order, every rank walking the same list: one pair at a time on the wire.
     for (int from = 0; from < env.world_size; ++from) {
@@ -104,7 +105,11 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
           for (int rep = 0; rep < settings.repeats + 1; ++rep) {
             const auto start = std::chrono::steady_clock::now();
             if (env.rank == from) {
-              (*comm)->Send(buffer, to, 1)->Wait();
+              std::unique_ptr<PendingWork> sent = (*comm)->Send(buffer, to, 1);
+              const double issue_ms =
+                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+              if (rep > 0 && bytes == settings.message_bytes.front()) issue.push_back(issue_ms);
+              sent->Wait();
               (*comm)->Recv(buffer, to, 2)->Wait();
             } else if (env.rank == to) {
               (*comm)->Recv(buffer, from, 1)->Wait();
@@ -136,7 +141,8 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
     nlohmann::json samples = nlohmann::json::array();
     for (const auto& [bytes, ms] : f.samples) samples.push_back({bytes, ms});
     mine.push_back({{"from", f.from}, {"to", f.to}, {"latency_ms", f.link.latency_ms},
-                    {"bandwidth_bytes_per_s", f.link.bandwidth_bytes_per_s}, {"samples", samples}});
+                    {"bandwidth_bytes_per_s", f.link.bandwidth_bytes_per_s}, {"samples", samples},
+                    {"issue_ms", issue.empty() ? 0.0 : Summarize(issue).median_ms}});
   }
   std::vector<std::string> all;
   try {
@@ -146,8 +152,10 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   }
   if (env.rank != 0) return std::optional<std::pair<Cluster, std::vector<LinkFit>>>();
   std::vector<LinkFit> every;
+  std::vector<double> issue_medians;
   for (const std::string& text : all) {
     for (const nlohmann::json& j : nlohmann::json::parse(text)) {
+      issue_medians.push_back(j["issue_ms"].get<double>());
       LinkFit f;
       f.from = j["from"];
       f.to = j["to"];
@@ -169,6 +177,7 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   cluster.link = by_bandwidth.empty() ? Link{1e9, 0} : by_bandwidth[by_bandwidth.size() / 2].link;
   for (const LinkFit& f : every) cluster.links.push_back({f.from, f.to, f.link});
   cluster.allreduce = std::move(allreduce);
+  if (!issue_medians.empty()) cluster.send_overhead_ms = Summarize(issue_medians).median_ms;
   return std::optional<std::pair<Cluster, std::vector<LinkFit>>>(std::make_pair(cluster, every));
 }
 

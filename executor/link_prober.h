@@ -6,7 +6,8 @@
 // device memory filled in (the GPU's total memory, or this machine's memory shared by its ranks).
 // Then the gradient all-reduce as the trainer runs it (gradients flattened into one buffer, summed
 // over the group, copied back) for groups of ranks 0..n-1, n = 2..N, across sizes up to 64 MiB:
-// the cluster's "allreduce", which the simulator prices all-reduces from.
+// the cluster's "allreduce", which the simulator prices all-reduces from; and how long issuing a
+// send occupies its rank (the smallest message; the median over pairs): "send_overhead_ms".
 #pragma once
 
 #include <cstdint>

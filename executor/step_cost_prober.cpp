@@ -1,16 +1,21 @@
 #include "executor/step_cost_prober.h"
 
+#include <algorithm>
 #include <barrier>
 #include <exception>
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "core/plan.h"
+#include "core/schedule/generators.h"
 #include "executor/data.h"
 #include "executor/host_memory.h"
 #include "executor/layers.h"
+#include "executor/local_communicator.h"
+#include "executor/stage_runner.h"
 #include "executor/trainer.h"
 
 namespace gpipe::executor {
@@ -84,6 +89,57 @@ Expected<std::vector<double>> InStep(const ModelSpec& model, const ProfileSettin
   return means;
 }
 
+// What the executor adds to each forward and each backward action: a one-stage runner (no peers)
+// runs GPipe over `microbatches` micro-batches of `batch`'s size, round after round, interleaved
+// with the same forwards and backwards run directly on the layers; per round, the mean action time
+// of each kind minus the mean direct time.
+std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const ProfileSettings& settings,
+                                              std::vector<std::unique_ptr<Layer>> layers, const Batch& one) {
+  constexpr int kMicrobatches = 4;
+  Batch batch{one.input.repeat_interleave(kMicrobatches, 0), one.target.repeat_interleave(kMicrobatches, 0)};
+  RunnerConfig config;
+  config.model = &model;
+  config.num_stages = 1;
+  config.microbatches = kMicrobatches;
+  config.stage_process = {0};
+  config.loss_scale = 1.0 / kMicrobatches;
+  config.device = settings.device;
+  std::shared_ptr<LocalHub> hub = std::make_shared<LocalHub>(1, std::chrono::milliseconds(60000));
+  std::unique_ptr<Communicator> comm = MakeLocalCommunicator(hub, 0);
+  std::vector<StageSetup> stages(1);
+  stages[0].layers = std::move(layers);
+  StageRunner runner(config, std::move(stages), *comm);
+  const std::vector<Action> actions = GenerateGpipe(1, kMicrobatches).ranks[0];
+  std::vector<double> forward, backward;
+  for (int round = 0; round < settings.warmup + settings.repeats; ++round) {
+    double run_f = 0, run_b = 0, direct_f = 0, direct_b = 0;
+    runner.BeginStep(batch, std::chrono::steady_clock::now());
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const ActionTime t = runner.Execute(actions, i);
+      (actions[i].op == Op::kForward ? run_f : run_b) += t.end_ms - t.start_ms;
+    }
+    runner.FinishStep();
+    std::vector<torch::Tensor> losses;
+    for (int m = 0; m < kMicrobatches; ++m) {
+      direct_f += DeviceTimeMs(settings.device, [&] {
+        torch::Tensor h = one.input;
+        for (auto& layer : runner.stages()[0].layers) h = layer->Forward(h);
+        losses.push_back(LossOf(model, h, one.target) * config.loss_scale);
+      });
+    }
+    for (int m = kMicrobatches - 1; m >= 0; --m) direct_b += DeviceTimeMs(settings.device, [&] { losses[m].backward(); });
+    for (const torch::Tensor& p : runner.Parameters()) p.mutable_grad() = torch::Tensor();
+    if (round < settings.warmup) continue;
+    forward.push_back((run_f - direct_f) / kMicrobatches);
+    backward.push_back((run_b - direct_b) / kMicrobatches);
+  }
+  // Below the noise an overhead reads negative: none.
+  Measured f = Scaled(forward, 1.0), b = Scaled(backward, 1.0);
+  f.median = std::max(0.0, f.median);
+  b.median = std::max(0.0, b.median);
+  return {f, b};
+}
+
 }  // namespace
 
 Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings, int max_ranks_per_node) {
@@ -139,12 +195,17 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
       if (!together.ok()) return together.status();
       costs.compute_scale.push_back(Scaled(*together, 1.0 / base));
     }
+    auto copy = BuildLayers(model, 0, model.num_layers(), settings.device);
+    if (!copy.ok()) return copy.status();
+    std::tie(costs.forward_overhead_ms, costs.backward_overhead_ms) =
+        ActionOverheads(model, settings, std::move(*copy), batch);
     // Gloo's sends complete only when waited on, at the step's end (docs/executor.md).
     costs.sends_held = true;
     costs.source = "steady clock, " + std::to_string(settings.threads) + " intra-op thread(s); the optimizer over all " +
                    std::to_string(params.size()) + " parameter tensors, per GiB; compute_scale: the whole model's " +
                    "forward and backward on a micro-batch of " + std::to_string(b) +
-                   " run by n threads in lockstep, over the same alone; medians of " +
+                   " run by n threads in lockstep, over the same alone; action overheads: a one-stage runner's "
+                   "forward and backward actions over the same run directly on the layers; medians of " +
                    std::to_string(settings.repeats) + " after " + std::to_string(settings.warmup) + " warm-up runs";
   }
   return costs;

@@ -82,8 +82,13 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
 
 std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer) {
   if (cluster.calibration) return cluster.calibration;
-  if (profile.step_costs) return profile.step_costs->AsCalibration(OptimizerName(optimizer));
-  return std::nullopt;
+  std::optional<Calibration> measured;
+  if (profile.step_costs) measured = profile.step_costs->AsCalibration(OptimizerName(optimizer));
+  if (cluster.send_overhead_ms) {
+    if (!measured) measured = Calibration();
+    measured->send_overhead_ms = *cluster.send_overhead_ms;
+  }
+  return measured;
 }
 
 std::vector<double> ParamBytesPerRank(const Plan& plan) {

@@ -118,7 +118,8 @@ std::vector<double> ParamBytesPerRank(const Plan& plan);
 int RanksPerNode(const Cluster& cluster, int devices);
 
 /// The calibration a prediction uses: the cluster's (fitted from runs by `calibrate`) when it has
-/// one, else what the profile's measured step costs stand for (core/step_costs.h), else none.
+/// one, else what the profile's measured step costs stand for (core/step_costs.h) with the
+/// cluster's measured send overhead, else none.
 /// The simulator and the planner both take it from here.
 std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer);
 

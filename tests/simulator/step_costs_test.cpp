@@ -21,6 +21,8 @@ StepCosts Measured() {
   costs.optimizer_ms_per_gib["sgd"] = {100.0, 2.0};
   costs.optimizer_ms_per_gib["adam"] = {400.0, 5.0};
   costs.step_overhead_ms = {0.25, 0.01};
+  costs.forward_overhead_ms = {0.02, 0.001};
+  costs.backward_overhead_ms = {0.03, 0.001};
   costs.compute_scale = {{1.0, 0.0}, {1.5, 0.1}};
   costs.sends_held = true;
   return costs;
@@ -44,6 +46,8 @@ TEST(StepCosts, RoundTripThroughTheProfileFile) {
   EXPECT_EQ(back->step_costs->compute_scale.size(), 2u);
   EXPECT_EQ(back->step_costs->compute_scale[1].median, 1.5);
   EXPECT_TRUE(back->step_costs->sends_held);
+  EXPECT_EQ(back->step_costs->forward_overhead_ms.median, 0.02);
+  EXPECT_EQ(back->step_costs->backward_overhead_ms.median, 0.03);
 }
 
 TEST(StepCosts, BadValuesNameTheField) {
@@ -70,15 +74,28 @@ TEST(StepCosts, PricesTheOptimizerStepOverheadAndColocatedRanks) {
   const CostModel measured = BuildCostModel(plan).value();
   // Each rank holds two layers, 2 MiB: 0.25 ms + 400 ms/GiB x 2 MiB.
   for (int r = 0; r < 2; ++r) EXPECT_NEAR(measured.AfterLastActionMs(r), 0.25 + 400.0 * 2.0 / 1024.0, 1e-9);
-  // Two ranks share the node: compute 1.5x.
-  EXPECT_NEAR(measured.stages[0].forward_ms, 1.5 * bare.stages[0].forward_ms, 1e-9);
-  EXPECT_NEAR(measured.stages[1].backward_ms, 1.5 * bare.stages[1].backward_ms, 1e-9);
+  // Two ranks share the node: compute 1.5x, plus the executor's overhead per action.
+  EXPECT_NEAR(measured.stages[0].forward_ms, 1.5 * bare.stages[0].forward_ms + 0.02, 1e-9);
+  EXPECT_NEAR(measured.stages[1].backward_ms, 1.5 * bare.stages[1].backward_ms + 0.03, 1e-9);
   EXPECT_TRUE(measured.stages[0].sends_held);
   // adam-mixed runs as adam; an optimizer not measured gets no optimizer term.
   plan.optimizer = Optimizer::kAdamMixed;
   EXPECT_NEAR(BuildCostModel(plan).value().AfterLastActionMs(0), 0.25 + 400.0 * 2.0 / 1024.0, 1e-9);
   plan.optimizer = Optimizer::kMomentum;
   EXPECT_NEAR(BuildCostModel(plan).value().AfterLastActionMs(0), 0.25, 1e-9);
+}
+
+TEST(StepCosts, TheClustersMeasuredSendOverheadJoinsThem) {
+  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  plan.cluster.send_overhead_ms = 0.06;
+  EXPECT_NEAR(BuildCostModel(plan).value().send_overhead_ms, 0.06, 1e-12);
+  plan.profile.step_costs = Measured();
+  const CostModel costs = BuildCostModel(plan).value();
+  EXPECT_NEAR(costs.send_overhead_ms, 0.06, 1e-12);
+  EXPECT_NEAR(costs.AfterLastActionMs(0), 0.25 + 400.0 * 2.0 / 1024.0, 1e-9);
+  const Expected<Cluster> back = ClusterFromJson(ClusterToJson(plan.cluster), "c.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->send_overhead_ms, 0.06);
 }
 
 TEST(StepCosts, AClusterCalibrationFittedFromRunsTakesPrecedence) {
