@@ -4,7 +4,7 @@
 # run and compare. Prints one line per configuration and the median and largest |step-time
 # error|. A benchmark, not a test: run it on a quiet machine.
 #   bash bench/first_run.sh [MODEL] [OUT_DIR]
-#   CONFIGS="2:1:6:1f1b:off 2:1:6:zb-h1:off" STEPS=20 bash bench/first_run.sh models/small-cnn.json /tmp/cnn
+#   LINK_RANKS=2 CONFIGS="2:1:6:1f1b:off 2:1:6:zb-h1:off" STEPS=20 bash bench/first_run.sh models/small-cnn.json /tmp/cnn
 # A configuration is K:D:M:schedule:remat; the default set covers K and D in {1,2}, four schedules
 # and remat on and off at M = 4 and 6.
 set -euo pipefail
@@ -18,7 +18,7 @@ CONFIGS=${CONFIGS:-"1:1:4:gpipe:off 1:2:4:gpipe:off 2:1:4:gpipe:off 2:1:6:1f1b:o
   2:1:6:zb-h1:on 2:1:6:interleaved-1f1b:off 2:1:4:gpipe:on 2:2:4:1f1b:off"}
 mkdir -p "$OUT"
 "$BIN" profile --model "$MODEL" --microbatch-size 4,8,12,24 --repeats 20 -o "$OUT/profile.json" >"$OUT/profile.txt" 2>/dev/null
-"$BIN" profile-links --ranks 4 -o "$OUT/cluster.json" >"$OUT/links.txt"
+"$BIN" profile-links --ranks "${LINK_RANKS:-4}" -o "$OUT/cluster.json" >"$OUT/links.txt"
 errors=()
 printf '%-28s %12s %12s %9s\n' configuration predicted_ms measured_ms error
 for config in $CONFIGS; do

@@ -106,6 +106,10 @@ class PlanCommand : public Command {
       if (request.cluster.devices_per_node && request.cluster.devices % *request.cluster.devices_per_node != 0) {
         request.cluster.devices_per_node.reset();  // a what-if that breaks the node layout: one node
       }
+      // Links between devices that are no longer there go (the plan's cluster must load again).
+      std::erase_if(request.cluster.links, [&](const LinkOverride& o) {
+        return o.from >= request.cluster.devices || o.to >= request.cluster.devices;
+      });
     }
     if (memory_) {
       Expected<int64_t> bytes = ParseBytes(*memory_);

@@ -31,6 +31,18 @@ TEST(PlanCommand, PrintsTheBestPlanAndAlternatives) {
   }
 }
 
+// A what-if with fewer devices than a measured cluster's link list names: the plan written must
+// load again (its cluster loses the links to devices it no longer has).
+TEST(PlanCommand, FewerDevicesDropTheirLinksSoThePlanLoads) {
+  const std::string path = testing::TempDir() + "/one-device.json";
+  const Outcome o = Cli({"plan", "--profile", kProfiles + "tiny-gpt-cpu-measured.json", "--cluster",
+                         kProfiles + "clusters/cpu-2-measured.json", "--global-batch", "16", "--devices", "1", "-q", "-o",
+                         path});
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  const Outcome sim = Cli({"simulate", path});
+  EXPECT_EQ(sim.code, kExitOk) << sim.err;
+}
+
 TEST(PlanCommand, WritesAPlanThatSimulateRunsWithTheSameStep) {
   const std::string path = testing::TempDir() + "/planned.json";
   const Outcome o = Cli(Tiny({"--stages", "2", "-o", path}));
