@@ -1,5 +1,7 @@
 // gpipe-plan profile --model MODEL -o PROFILE.json: measure every layer of a model on this device.
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -11,6 +13,8 @@
 #include "core/text.h"
 #include "core/units.h"
 #ifdef GPIPE_WITH_TORCH
+#include "core/json_reader.h"
+#include "executor/launcher.h"
 #include "executor/profiler.h"
 #include "executor/step_cost_prober.h"
 #endif
@@ -35,6 +39,8 @@ class ProfileCommand : public Command {
                    "Measure compute with 1..N ranks computing at once on this node (the plan's ranks per node "
                    "picks one); default: this machine's cores, at most 8")
         ->check(CLI::Range(1, 64));
+    // Internal: one of the co-located processes `profile` starts to measure --ranks-per-node.
+    app.add_option("--colocated-worker", colocated_worker_, "")->group("");
     app.footer(
         "Examples:\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8 -o tiny-gpt-profile.json\n"
@@ -63,6 +69,7 @@ class ProfileCommand : public Command {
       if (!torch::cuda::is_available()) return Fail(err, "profile", Status::Invalid("--device cuda: no usable GPU here; use --device cpu"));
       settings.device = torch::Device(torch::kCUDA, 0);
     }
+    if (!colocated_worker_.empty()) return ColocatedWorker(*model, settings, err);
     settings.progress = [&err](int done, int total, const std::string& what) {
       const int width = 30, filled = width * done / total;
       err << "\r[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), '.')
@@ -75,7 +82,8 @@ class ProfileCommand : public Command {
     const int ranks_per_node =
         ranks_per_node_ > 0 ? ranks_per_node_ : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
     err << "measuring the optimizer, the step's fixed cost and 1.." << ranks_per_node << " ranks per node\n";
-    Expected<StepCosts> step_costs = executor::MeasureStepCosts(*model, settings, ranks_per_node);
+    Expected<StepCosts> step_costs =
+        executor::MeasureStepCosts(*model, settings, ranks_per_node, [&](int n) { return Colocated(n, err); });
     if (!step_costs.ok()) return Fail(err, "profile", step_costs.status());
     profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
@@ -89,6 +97,38 @@ class ProfileCommand : public Command {
 
  private:
 #ifdef GPIPE_WITH_TORCH
+  // This process is rank RANK of Colocated's job: its whole-model times go to PREFIX.RANK.
+  int ColocatedWorker(const ModelSpec& model, const executor::ProfileSettings& settings, std::ostream& err) {
+    Expected<std::vector<double>> times = executor::WholeModelTimes(model, settings);
+    if (!times.ok()) return Fail(err, "profile", times.status());
+    const char* rank = std::getenv("RANK");
+    const Status written =
+        WriteFileAtomically(colocated_worker_ + "." + (rank != nullptr ? rank : "0"), nlohmann::json(*times).dump());
+    return written.ok() ? kExitOk : Fail(err, "profile", written);
+  }
+
+  // Starts n processes of this program that each measure the whole model at once (as n ranks
+  // on this node would compute), and reads back their times.
+  Expected<std::vector<std::vector<double>>> Colocated(int n, std::ostream& err) const {
+    const std::string prefix = output_path_ + ".colocated";
+    executor::LaunchOptions launch;
+    launch.world_size = n;
+    launch.master_port = executor::FreeLoopbackPort();
+    launch.argv = {executor::SelfExecutable(), "profile", "--model", model_path_, "-o", output_path_,
+                   "--microbatch-size", std::to_string(sizes_.front()), "--threads", std::to_string(threads_),
+                   "--warmup", std::to_string(warmup_), "--repeats", std::to_string(repeats_), "--colocated-worker", prefix};
+    if (executor::LaunchRanks(launch, err) != 0) return Status::Invalid("a co-located profiling process failed");
+    std::vector<std::vector<double>> runs;
+    for (int r = 0; r < n; ++r) {
+      const std::string path = prefix + "." + std::to_string(r);
+      Expected<nlohmann::json> times = LoadJsonFile(path);
+      std::filesystem::remove(path);
+      if (!times.ok()) return times.status();
+      runs.push_back(times->get<std::vector<double>>());
+    }
+    return runs;
+  }
+
   static void StepSummary(const StepCosts& costs, std::ostream& out) {
     out << "\nper step:";
     for (const auto& [name, m] : costs.optimizer_ms_per_gib) out << Sprintf(" %s %.1f ±%.1f ms/GiB;", name.c_str(), m.median, m.spread);
@@ -140,6 +180,7 @@ class ProfileCommand : public Command {
   std::string model_path_, output_path_, device_ = "cpu";
   std::vector<int64_t> sizes_ = {8};
   int threads_ = 1, warmup_ = 3, repeats_ = 10, ranks_per_node_ = 0;
+  std::string colocated_worker_;
 };
 
 }  // namespace

@@ -1,11 +1,9 @@
 #include "executor/step_cost_prober.h"
 
 #include <algorithm>
-#include <barrier>
 #include <exception>
 #include <memory>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -50,43 +48,6 @@ void ForwardBackward(std::vector<std::unique_ptr<Layer>>& layers, const ModelSpe
   for (auto& layer : layers) h = layer->Forward(h);
   LossOf(model, h, batch.target).backward();
   for (const torch::Tensor& p : ParametersOf(layers)) p.mutable_grad() = torch::Tensor();
-}
-
-// Per round, the mean over `n` threads of one ForwardBackward each, all started together.
-Expected<std::vector<double>> InStep(const ModelSpec& model, const ProfileSettings& settings, const Batch& batch, int n) {
-  std::vector<std::vector<std::unique_ptr<Layer>>> copies;
-  for (int i = 0; i < n; ++i) {
-    auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
-    if (!built.ok()) return built.status();
-    copies.push_back(std::move(*built));
-  }
-  const int rounds = settings.warmup + settings.repeats;
-  std::vector<std::vector<double>> times(static_cast<size_t>(n));
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::barrier sync(n);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      for (int round = 0; round < rounds; ++round) {
-        sync.arrive_and_wait();
-        try {
-          const double ms = DeviceTimeMs(settings.device, [&] { ForwardBackward(copies[i], model, batch); });
-          if (round >= settings.warmup) times[i].push_back(ms);
-        } catch (const std::exception& e) {
-          if (errors[i].empty()) errors[i] = e.what();
-        }
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  for (const std::string& e : errors) {
-    if (!e.empty()) return Status::Invalid("while measuring " + std::to_string(n) + " ranks computing at once: " + e);
-  }
-  std::vector<double> means(static_cast<size_t>(settings.repeats), 0.0);
-  for (const auto& per_thread : times) {
-    for (size_t k = 0; k < means.size(); ++k) means[k] += per_thread[k] / n;
-  }
-  return means;
 }
 
 // What the executor adds to each forward and each backward action: a one-stage runner (no peers)
@@ -142,7 +103,25 @@ std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const Prof
 
 }  // namespace
 
-Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings, int max_ranks_per_node) {
+Expected<std::vector<double>> WholeModelTimes(const ModelSpec& model, const ProfileSettings& settings) {
+  at::set_num_threads(settings.threads);
+  KeepFreedHostMemory();
+  auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
+  if (!built.ok()) return built.status();
+  Expected<DataSource> data = DataSource::Open(model);
+  if (!data.ok()) return data.status();
+  const Batch host = data->GlobalBatch(0, settings.microbatch_sizes.front());
+  const Batch batch{host.input.to(settings.device), host.target.to(settings.device)};
+  std::vector<double> times;
+  for (int round = 0; round < settings.warmup + settings.repeats; ++round) {
+    const double ms = DeviceTimeMs(settings.device, [&] { ForwardBackward(*built, model, batch); });
+    if (round >= settings.warmup) times.push_back(ms);
+  }
+  return times;
+}
+
+Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings, int max_ranks_per_node,
+                                     const ColocatedRun& colocated) {
   at::set_num_threads(settings.threads);
   KeepFreedHostMemory();
   auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
@@ -183,17 +162,21 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
     costs.source = "optimizer and step overhead timed with CUDA events; ranks on a node are taken not to slow "
                    "each other (a GPU each)";
   } else {
-    Expected<std::vector<double>> alone = InStep(model, settings, batch, 1);
-    if (!alone.ok()) return alone.status();
-    const double base = Summarize(*alone).median_ms;
+    // Each count n as n processes at once, alone included (one process, started the same way), so
+    // that every figure is of a rank process; the scale is the mean over processes of each one's
+    // median, over the median alone.
+    double base = 0;
     for (int n = 1; n <= max_ranks_per_node; ++n) {
-      if (n == 1) {
-        costs.compute_scale.push_back({1.0, Summarize(*alone).spread_ms / base});
-        continue;
+      Expected<std::vector<std::vector<double>>> runs = colocated(n);
+      if (!runs.ok()) return runs.status().WithContext("measuring " + std::to_string(n) + " ranks computing at once");
+      double mean = 0, spread = 0;
+      for (std::vector<double>& times : *runs) {
+        const Timing t = Summarize(std::move(times));
+        mean += t.median_ms / static_cast<double>(runs->size());
+        spread += t.spread_ms / static_cast<double>(runs->size());
       }
-      Expected<std::vector<double>> together = InStep(model, settings, batch, n);
-      if (!together.ok()) return together.status();
-      costs.compute_scale.push_back(Scaled(*together, 1.0 / base));
+      if (n == 1) base = mean;
+      costs.compute_scale.push_back({mean / base, spread / base});
     }
     auto copy = BuildLayers(model, 0, model.num_layers(), settings.device);
     if (!copy.ok()) return copy.status();
@@ -204,7 +187,7 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
     costs.source = "steady clock, " + std::to_string(settings.threads) + " intra-op thread(s); the optimizer over all " +
                    std::to_string(params.size()) + " parameter tensors, per GiB; compute_scale: the whole model's " +
                    "forward and backward on a micro-batch of " + std::to_string(b) +
-                   " run by n threads in lockstep, over the same alone; action overheads: a one-stage runner's "
+                   " run by n rank processes at once, over one process alone; action overheads: a one-stage runner's "
                    "forward and backward actions over the same run directly on the layers; medians of " +
                    std::to_string(settings.repeats) + " after " + std::to_string(settings.warmup) + " warm-up runs";
   }
