@@ -163,21 +163,25 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
                    "each other (a GPU each)";
   } else {
     // Each count n as n processes at once, alone included (one process, started the same way), so
-    // that every figure is of a rank process; the scale is the mean over processes of each one's
-    // median, over the median alone.
-    double base = 0;
-    for (int n = 1; n <= max_ranks_per_node; ++n) {
-      Expected<std::vector<std::vector<double>>> runs = colocated(n);
-      if (!runs.ok()) return runs.status().WithContext("measuring " + std::to_string(n) + " ranks computing at once");
-      double mean = 0, spread = 0;
-      for (std::vector<double>& times : *runs) {
-        const Timing t = Summarize(std::move(times));
-        mean += t.median_ms / static_cast<double>(runs->size());
-        spread += t.spread_ms / static_cast<double>(runs->size());
+    // that every figure is of a rank process. A pass runs every count in turn; the scale of a pass
+    // is the mean over its n processes of each one's median, over the median alone in that pass;
+    // three passes, their median (a slow spell of a shared machine falls on one count of a pass,
+    // not on all passes).
+    constexpr int kPasses = 3;
+    std::vector<std::vector<double>> scales(static_cast<size_t>(max_ranks_per_node));
+    for (int pass = 0; pass < kPasses; ++pass) {
+      double base = 0;
+      for (int n = 1; n <= max_ranks_per_node; ++n) {
+        Expected<std::vector<std::vector<double>>> runs = colocated(n);
+        if (!runs.ok()) return runs.status().WithContext("measuring " + std::to_string(n) + " ranks computing at once");
+        double mean = 0;
+        for (std::vector<double>& times : *runs) mean += Summarize(std::move(times)).median_ms / static_cast<double>(runs->size());
+        if (n == 1) base = mean;
+        scales[static_cast<size_t>(n - 1)].push_back(mean / base);
       }
-      if (n == 1) base = mean;
-      costs.compute_scale.push_back({mean / base, spread / base});
     }
+    for (std::vector<double>& per_pass : scales) costs.compute_scale.push_back(Scaled(std::move(per_pass), 1.0));
+    costs.compute_scale.front() = {1.0, 0.0};
     auto copy = BuildLayers(model, 0, model.num_layers(), settings.device);
     if (!copy.ok()) return copy.status();
     std::tie(costs.forward_overhead_ms, costs.backward_overhead_ms) =
@@ -187,7 +191,7 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
     costs.source = "steady clock, " + std::to_string(settings.threads) + " intra-op thread(s); the optimizer over all " +
                    std::to_string(params.size()) + " parameter tensors, per GiB; compute_scale: the whole model's " +
                    "forward and backward on a micro-batch of " + std::to_string(b) +
-                   " run by n rank processes at once, over one process alone; action overheads: a one-stage runner's "
+                   " run by n rank processes at once, over one process alone (median of 3 interleaved passes); action overheads: a one-stage runner's "
                    "forward and backward actions over the same run directly on the layers; medians of " +
                    std::to_string(settings.repeats) + " after " + std::to_string(settings.warmup) + " warm-up runs";
   }

@@ -20,8 +20,8 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPIPE_WI
 cmake --build "$BUILD_DIR" --target gpipe-plan
 
 echo
-echo "== gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 1,2,4,8,16,32 =="
-"$BUILD_DIR/gpipe-plan" profile --model models/tiny-gpt.json --microbatch-size 1,2,4,8,16,32 \
+echo "== gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4,16,32 =="
+"$BUILD_DIR/gpipe-plan" profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4,16,32 \
   -o "$BUILD_DIR/tiny-gpt-profile.json"
 echo
 echo "== gpipe-plan profile-links --ranks 2 =="
