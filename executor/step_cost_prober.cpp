@@ -1,7 +1,6 @@
 #include "executor/step_cost_prober.h"
 
 #include <algorithm>
-#include <exception>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -51,7 +50,7 @@ void ForwardBackward(std::vector<std::unique_ptr<Layer>>& layers, const ModelSpe
 }
 
 // What the executor adds to each forward and each backward action: a one-stage runner (no peers)
-// runs GPipe over `microbatches` micro-batches of `batch`'s size, round after round, interleaved
+// runs GPipe over four micro-batches of `one`'s size, round after round, interleaved
 // with the same forwards and backwards run directly on the layers; per round, the mean action time
 // of each kind minus the mean direct time.
 std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const ProfileSettings& settings,
