@@ -192,6 +192,14 @@ Expected<int> CountLayers(const ModelSpec& model) {
   return static_cast<int>(children->size());
 }
 
+std::vector<torch::Tensor> ParametersOf(const std::vector<std::unique_ptr<Layer>>& layers) {
+  std::vector<torch::Tensor> params;
+  for (const auto& layer : layers) {
+    for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
+  }
+  return params;
+}
+
 Expected<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model, int first, int end,
                                                           const torch::Device& device) {
   std::vector<std::unique_ptr<Layer>> layers;

@@ -38,6 +38,9 @@ Expected<int> CountLayers(const ModelSpec& model);
 Expected<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model, int first, int end,
                                                           const torch::Device& device);
 
+/// Every parameter of `layers`, in layer order.
+std::vector<torch::Tensor> ParametersOf(const std::vector<std::unique_ptr<Layer>>& layers);
+
 /// Held while the process-wide generator is seeded and drawn from for initial weights (ranks may
 /// be threads of one process): layer i's weights depend on the model seed and i alone.
 std::mutex& GlobalRngMutex();

@@ -51,9 +51,7 @@ double StageRunner::StepLoss() const { return HasLastStage() ? loss_sum_ / confi
 std::vector<torch::Tensor> StageRunner::Parameters() const {
   std::vector<torch::Tensor> params;
   for (const StageSetup& stage : stages_) {
-    for (const auto& layer : stage.layers) {
-      for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
-    }
+    for (const torch::Tensor& p : ParametersOf(stage.layers)) params.push_back(p);
   }
   return params;
 }
@@ -212,13 +210,9 @@ void StageRunner::BackwardInput(const Action& a) {
   torch::Tensor root = PrepareBackward(a, /*keep_boundaries=*/first);
   torch::Tensor grad = GradOutput(a);
   Micro& m = MicroOf(a.stage, a.microbatch);
-  std::vector<torch::Tensor> params;
-  for (const auto& layer : Stage(a.stage).layers) {
-    for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
-  }
   std::vector<torch::Tensor> anchor_grads;
-  m.weight_pass = executor::BackwardInput(root, grad, first ? m.boundaries : std::vector<torch::Tensor>{m.input}, params,
-                                          &anchor_grads);
+  m.weight_pass = executor::BackwardInput(root, grad, first ? m.boundaries : std::vector<torch::Tensor>{m.input},
+                                          ParametersOf(Stage(a.stage).layers), &anchor_grads);
   m.boundaries.clear();
   HandBackInputGrad(a, first ? torch::Tensor() : anchor_grads.front());
 }

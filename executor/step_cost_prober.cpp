@@ -33,14 +33,6 @@ Measured Scaled(std::vector<double> samples, double factor) {
   return {t.median_ms * factor, t.spread_ms * factor};
 }
 
-std::vector<torch::Tensor> ParametersOf(const std::vector<std::unique_ptr<Layer>>& layers) {
-  std::vector<torch::Tensor> params;
-  for (const auto& layer : layers) {
-    for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
-  }
-  return params;
-}
-
 // The whole model's forward and backward on `batch`, as one rank holding every layer runs it.
 void ForwardBackward(std::vector<std::unique_ptr<Layer>>& layers, const ModelSpec& model, const Batch& batch) {
   torch::Tensor h = batch.input;

@@ -24,10 +24,7 @@ constexpr int kSteps = 3;
 std::vector<std::vector<torch::Tensor>> Reference(const Plan& plan, const ModelSpec& model, int steps) {
   auto layers = BuildLayers(model, 0, model.num_layers(), torch::kCPU);
   EXPECT_TRUE(layers.ok());
-  std::vector<torch::Tensor> params;
-  for (auto& layer : *layers) {
-    for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
-  }
+  const std::vector<torch::Tensor> params = ParametersOf(*layers);
   auto optimizer = MakeOptimizer(plan, model, params);
   DataSource data = DataSource::Open(model).value();
   for (int step = 0; step < steps; ++step) {

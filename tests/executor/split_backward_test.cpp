@@ -73,14 +73,6 @@ void ExpectSplitMatchesFull(const Body& body, const torch::Tensor& x, const std:
   ClearGrads(params);
 }
 
-std::vector<torch::Tensor> ParametersOf(const std::vector<std::unique_ptr<Layer>>& layers) {
-  std::vector<torch::Tensor> params;
-  for (const auto& layer : layers) {
-    for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
-  }
-  return params;
-}
-
 Body RunAll(std::vector<std::unique_ptr<Layer>>& layers) {
   return [&layers](const torch::Tensor& x) {
     torch::Tensor h = x;
