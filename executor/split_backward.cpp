@@ -1,7 +1,6 @@
 #include "executor/split_backward.h"
 
 #include <deque>
-#include <map>
 #include <memory>
 #include <set>
 #include <unordered_map>
@@ -60,10 +59,10 @@ struct Graph {
     return closure;
   }
 
-  // Where the forward paths from `param` first enter `closure`: the nodes whose backward receives
-  // the gradient that W needs for it.
-  std::set<Node*> MeetingPoints(Node* param, const std::unordered_set<Node*>& closure) const {
-    std::set<Node*> meet;
+  // Adds to `meeting` where the forward paths from `param` first enter `closure`: the nodes whose
+  // backward receives the gradient that W needs for it. Whether there is any.
+  bool AddMeetingPoints(Node* param, const std::unordered_set<Node*>& closure, std::set<Node*>* meeting) const {
+    bool any = false;
     std::unordered_set<Node*> seen{param};
     std::deque<Node*> queue{param};
     while (!queue.empty()) {
@@ -72,16 +71,16 @@ struct Graph {
       for (Node* user : UsersOf(node)) {
         if (!seen.insert(user).second) continue;
         if (closure.count(user) > 0) {
-          meet.insert(user);
+          meeting->insert(user);
+          any = true;
         } else {
           queue.push_back(user);
         }
       }
     }
-    return meet;
+    return any;
   }
 };
-
 
 }  // namespace
 
@@ -121,10 +120,7 @@ WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, c
     if (!param.requires_grad()) continue;
     Edge edge = torch::autograd::impl::gradient_edge(param);
     if (!edge.function || graph.owner.count(edge.function.get()) == 0) continue;  // not used
-    std::set<Node*> meet = graph.MeetingPoints(edge.function.get(), closure);
-    if (meet.empty()) continue;
-    meeting.insert(meet.begin(), meet.end());
-    pass.params.push_back(std::move(edge));
+    if (graph.AddMeetingPoints(edge.function.get(), closure, &meeting)) pass.params.push_back(std::move(edge));
   }
   const size_t first_capture = outputs.size();
   for (Node* node : meeting) {
