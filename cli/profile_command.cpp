@@ -37,7 +37,7 @@ class ProfileCommand : public Command {
     app.add_option("--repeats", repeats_, "Measured runs per layer; the median is kept")->check(CLI::Range(1, 100000));
     app.add_option("--ranks-per-node", ranks_per_node_,
                    "Measure compute with 1..N ranks computing at once on this node (the plan's ranks per node "
-                   "picks one); default: this machine's cores, at most 8")
+                   "picks one); default: this machine's cores, at least 4 and at most 8")
         ->check(CLI::Range(1, 64));
     // Internal: one of the co-located processes `profile` starts to measure --ranks-per-node.
     app.add_option("--colocated-worker", colocated_worker_, "")->group("");
@@ -80,7 +80,7 @@ class ProfileCommand : public Command {
     if (!sizes.ok()) return Fail(err, "profile", sizes.status());
     Profile profile = executor::ProfileFromMeasurements(*model, settings, *sizes);
     const int ranks_per_node =
-        ranks_per_node_ > 0 ? ranks_per_node_ : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 8);
+        ranks_per_node_ > 0 ? ranks_per_node_ : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 4, 8);
     err << "measuring the optimizer, the step's fixed cost and 1.." << ranks_per_node << " ranks per node\n";
     Expected<StepCosts> step_costs =
         executor::MeasureStepCosts(*model, settings, ranks_per_node, [&](int n) { return Colocated(n, err); });
@@ -97,19 +97,23 @@ class ProfileCommand : public Command {
 
  private:
 #ifdef GPIPE_WITH_TORCH
-  // This process is rank RANK of Colocated's job: its whole-model times go to PREFIX.RANK.
+  // This process is rank RANK of Colocated's job: its whole-model rounds, [start_ms, ms] each, go
+  // to PREFIX.RANK. With others, it measures long enough to overlap them by seconds.
   int ColocatedWorker(const ModelSpec& model, const executor::ProfileSettings& settings, std::ostream& err) {
-    Expected<std::vector<double>> times = executor::WholeModelTimes(model, settings);
-    if (!times.ok()) return Fail(err, "profile", times.status());
+    const char* world = std::getenv("WORLD_SIZE");
+    const double min_seconds = world != nullptr && std::atoi(world) > 1 ? kColocatedSeconds : 0.0;
+    Expected<std::vector<executor::TimedRound>> rounds = executor::WholeModelTimes(model, settings, min_seconds);
+    if (!rounds.ok()) return Fail(err, "profile", rounds.status());
+    nlohmann::json json = nlohmann::json::array();
+    for (const executor::TimedRound& r : *rounds) json.push_back({r.start_ms, r.ms});
     const char* rank = std::getenv("RANK");
-    const Status written =
-        WriteFileAtomically(colocated_worker_ + "." + (rank != nullptr ? rank : "0"), nlohmann::json(*times).dump());
+    const Status written = WriteFileAtomically(colocated_worker_ + "." + (rank != nullptr ? rank : "0"), json.dump());
     return written.ok() ? kExitOk : Fail(err, "profile", written);
   }
 
   // Starts n processes of this program that each measure the whole model at once (as n ranks
   // on this node would compute), and reads back their times.
-  Expected<std::vector<std::vector<double>>> Colocated(int n, std::ostream& err) const {
+  Expected<std::vector<std::vector<executor::TimedRound>>> Colocated(int n, std::ostream& err) const {
     const std::string prefix = output_path_ + ".colocated";
     executor::LaunchOptions launch;
     launch.world_size = n;
@@ -118,13 +122,14 @@ class ProfileCommand : public Command {
                    "--microbatch-size", std::to_string(sizes_.front()), "--threads", std::to_string(threads_),
                    "--warmup", std::to_string(warmup_), "--repeats", std::to_string(repeats_), "--colocated-worker", prefix};
     if (executor::LaunchRanks(launch, err) != 0) return Status::Invalid("a co-located profiling process failed");
-    std::vector<std::vector<double>> runs;
+    std::vector<std::vector<executor::TimedRound>> runs;
     for (int r = 0; r < n; ++r) {
       const std::string path = prefix + "." + std::to_string(r);
-      Expected<nlohmann::json> times = LoadJsonFile(path);
+      Expected<nlohmann::json> rounds = LoadJsonFile(path);
       std::filesystem::remove(path);
-      if (!times.ok()) return times.status();
-      runs.push_back(times->get<std::vector<double>>());
+      if (!rounds.ok()) return rounds.status();
+      runs.emplace_back();
+      for (const nlohmann::json& round : *rounds) runs.back().push_back({round.at(0).get<double>(), round.at(1).get<double>()});
     }
     return runs;
   }
@@ -176,6 +181,10 @@ class ProfileCommand : public Command {
                    100 * (sum - size.whole_model.median_ms) / size.whole_model.median_ms);
   }
 #endif
+
+  // How long each co-located process measures (after its warm-up), so that n processes started
+  // up to a second apart still compute together for over a second.
+  static constexpr double kColocatedSeconds = 2.0;
 
   std::string model_path_, output_path_, device_ = "cpu";
   std::vector<int64_t> sizes_ = {8};

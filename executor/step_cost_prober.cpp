@@ -1,12 +1,15 @@
 #include "executor/step_cost_prober.h"
 
 #include <algorithm>
+#include <chrono>
+#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/plan.h"
+#include "core/text.h"
 #include "core/schedule/generators.h"
 #include "executor/data.h"
 #include "executor/host_memory.h"
@@ -94,7 +97,8 @@ std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const Prof
 
 }  // namespace
 
-Expected<std::vector<double>> WholeModelTimes(const ModelSpec& model, const ProfileSettings& settings) {
+Expected<std::vector<TimedRound>> WholeModelTimes(const ModelSpec& model, const ProfileSettings& settings,
+                                                  double min_seconds) {
   at::set_num_threads(settings.threads);
   KeepFreedHostMemory();
   auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
@@ -103,12 +107,43 @@ Expected<std::vector<double>> WholeModelTimes(const ModelSpec& model, const Prof
   if (!data.ok()) return data.status();
   const Batch host = data->GlobalBatch(0, settings.microbatch_sizes.front());
   const Batch batch{host.input.to(settings.device), host.target.to(settings.device)};
-  std::vector<double> times;
-  for (int round = 0; round < settings.warmup + settings.repeats; ++round) {
+  for (int round = 0; round < settings.warmup; ++round) ForwardBackward(*built, model, batch);
+  std::vector<TimedRound> rounds;
+  const auto now_ms = [] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const double first = now_ms();
+  while (static_cast<int>(rounds.size()) < settings.repeats || now_ms() - first < 1e3 * min_seconds) {
+    const double start = now_ms();
     const double ms = DeviceTimeMs(settings.device, [&] { ForwardBackward(*built, model, batch); });
-    if (round >= settings.warmup) times.push_back(ms);
+    rounds.push_back({start, ms});
   }
-  return times;
+  return rounds;
+}
+
+Expected<std::vector<std::vector<double>>> RoundsWhileAllRan(const std::vector<std::vector<TimedRound>>& runs,
+                                                             size_t min_rounds) {
+  double from = -std::numeric_limits<double>::infinity(), to = std::numeric_limits<double>::infinity();
+  for (const std::vector<TimedRound>& run : runs) {
+    if (run.empty()) return Status::Invalid("a co-located process measured no round");
+    from = std::max(from, run.front().start_ms);
+    to = std::min(to, run.back().start_ms + run.back().ms);
+  }
+  std::vector<std::vector<double>> kept;
+  for (size_t p = 0; p < runs.size(); ++p) {
+    kept.emplace_back();
+    for (const TimedRound& r : runs[p]) {
+      if (r.start_ms >= from && r.start_ms + r.ms <= to) kept.back().push_back(r.ms);
+    }
+    if (kept.back().size() < min_rounds) {
+      return Status::Invalid("the " + std::to_string(runs.size()) + " co-located processes ran together for " +
+                             Format("%.0f", std::max(0.0, to - from)) + " ms: process " + std::to_string(p) +
+                             " measured " + std::to_string(kept.back().size()) + " round(s) in that time, fewer than " +
+                             std::to_string(min_rounds) + " (a machine too busy to start them together; retry " +
+                             "on a quieter machine, or lower --ranks-per-node)");
+    }
+  }
+  return kept;
 }
 
 Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings, int max_ranks_per_node,
@@ -159,14 +194,17 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
     // three passes, their median (a slow spell of a shared machine falls on one count of a pass,
     // not on all passes).
     constexpr int kPasses = 3;
+    constexpr size_t kMinRounds = 3;
     std::vector<std::vector<double>> scales(static_cast<size_t>(max_ranks_per_node));
     for (int pass = 0; pass < kPasses; ++pass) {
       double base = 0;
       for (int n = 1; n <= max_ranks_per_node; ++n) {
-        Expected<std::vector<std::vector<double>>> runs = colocated(n);
+        Expected<std::vector<std::vector<TimedRound>>> runs = colocated(n);
         if (!runs.ok()) return runs.status().WithContext("measuring " + std::to_string(n) + " ranks computing at once");
+        Expected<std::vector<std::vector<double>>> together = RoundsWhileAllRan(*runs, kMinRounds);
+        if (!together.ok()) return together.status().WithContext("measuring " + std::to_string(n) + " ranks computing at once");
         double mean = 0;
-        for (std::vector<double>& times : *runs) mean += Summarize(std::move(times)).median_ms / static_cast<double>(runs->size());
+        for (std::vector<double>& times : *together) mean += Summarize(std::move(times)).median_ms / static_cast<double>(n);
         if (n == 1) base = mean;
         scales[static_cast<size_t>(n - 1)].push_back(mean / base);
       }

@@ -42,6 +42,14 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                              "sharing a node (re-profile with gpipe-plan profile, or calibrate from a run)";
   }
   const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas);
+  if (calibration != nullptr && !calibration->compute_scale.empty() &&
+      static_cast<size_t>(per_node) > calibration->compute_scale.size()) {
+    model.calibration_note += "; the plan puts " + std::to_string(per_node) + " ranks on a node, more than the " +
+                              std::to_string(calibration->compute_scale.size()) +
+                              " measured: compute is slowed as for " +
+                              std::to_string(calibration->compute_scale.size()) +
+                              " (under-predicted; re-profile with --ranks-per-node " + std::to_string(per_node) + ")";
+  }
   const LayerTable table(profile, model.scale, plan.optimizer, calibration, per_node);
   for (const StagePlan& stage : plan.stages) {
     for (int l = stage.first_layer; l < stage.end_layer && split; ++l) {

@@ -85,6 +85,18 @@ TEST(StepCosts, PricesTheOptimizerStepOverheadAndColocatedRanks) {
   EXPECT_NEAR(BuildCostModel(plan).value().AfterLastActionMs(0), 0.25, 1e-9);
 }
 
+TEST(StepCosts, MoreRanksOnANodeThanMeasuredIsNamedInTheNote) {
+  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  plan.profile.step_costs = Measured();  // compute_scale measured for 1 and 2 ranks
+  EXPECT_EQ(BuildCostModel(plan).value().calibration_note.find("more than the"), std::string::npos);
+  plan = FourLayers(2, 2, Optimizer::kAdam);
+  plan.profile.step_costs = Measured();
+  const CostModel four = BuildCostModel(plan).value();
+  EXPECT_NE(four.calibration_note.find("the plan puts 4 ranks on a node, more than the 2 measured"), std::string::npos)
+      << four.calibration_note;
+  EXPECT_NE(four.calibration_note.find("--ranks-per-node 4"), std::string::npos) << four.calibration_note;
+}
+
 TEST(StepCosts, TheClustersMeasuredSendOverheadJoinsThem) {
   Plan plan = FourLayers(2, 1, Optimizer::kAdam);
   plan.cluster.send_overhead_ms = 0.06;

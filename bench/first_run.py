@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""Predicted against measured on the first run: issue 13's targets, as a benchmark (not a test).
+
+For one model: profile (layers at every micro-batch size the matrix needs, and the step costs with
+as many co-located ranks as the matrix puts on this machine), profile-links (links, send issue
+and the gradient all-reduce), then for each configuration K:D:M:schedule:remat a pinned plan, and
+--rounds runs of every configuration, interleaved (round 1 runs them all, then round 2, ...). A
+configuration is judged on its fastest round (a slow spell of a shared machine only slows a run).
+
+Reported:
+  - uncalibrated: |step-time error| and |peak-memory error| (largest over ranks), median and largest
+    over every configuration, error = (predicted - measured) / measured;
+  - calibrated: `gpipe-plan calibrate` fitted on the configurations whose M is in --calibrate-on,
+    judged (compare --cluster) on the others, the held-out ones;
+  - the planner's own choice (nothing pinned, uncalibrated, --devices the matrix's largest K x D),
+    run the same rounds, against the fastest configuration measured.
+Everything is kept in OUT (plans, run records, compare JSON) and summary.json.
+
+  python3 bench/first_run.py --model models/tiny-gpt.json --out /tmp/fr-gpt
+  python3 bench/first_run.py --model models/small-cnn.json --out /tmp/fr-cnn --rounds 3
+  python3 bench/first_run.py --configs "2:1:6:1f1b:off 2:1:6:zb-h1:off" --rounds 1
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+MS = [1, 2, 3, 4, 6, 8, 16]
+
+
+def default_configs():
+    """Every K in {1,2}, D in {1,2}, schedule and remat, each at two of the M values, the M values
+    taken in turn so that each of them appears; interleaved 1F1B (v=2) needs M a multiple of K."""
+    combos = []
+    for k in (1, 2):
+        schedules = ["gpipe", "1f1b", "zb-h1"] + (["interleaved-1f1b"] if k > 1 else [])
+        for d in (1, 2):
+            for s in schedules:
+                for r in ("off", "on"):
+                    combos.append((k, d, s, r))
+    configs, turn = [], 0
+    for k, d, s, r in combos:
+        allowed = [m for m in MS if s != "interleaved-1f1b" or m % k == 0]
+        chosen = []
+        while len(chosen) < 2:
+            m = MS[turn % len(MS)]
+            turn += 1
+            if m in allowed and m not in chosen:
+                chosen.append(m)
+        configs += [f"{k}:{d}:{m}:{s}:{r}" for m in chosen]
+    return configs
+
+
+def sh(args, log=None, check=True):
+    with open(log, "w") if log else open(os.devnull, "w") as out:
+        p = subprocess.run(args, stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL)
+    if check and p.returncode != 0:
+        sys.exit(f"failed ({p.returncode}): {' '.join(args)}" + (f"; see {log}" if log else ""))
+    return p.returncode
+
+
+def compare(binary, plan, record, cluster=None):
+    args = [binary, "compare", plan, record, "--json"] + (["--cluster", cluster] if cluster else [])
+    return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
+
+
+def peak_memory_error(c):
+    """The largest |peak-memory error| over the ranks."""
+    errors = [abs(r["predicted_peak_memory_bytes"] - r["measured_peak_memory_bytes"]) / r["measured_peak_memory_bytes"]
+              for r in c["ranks"] if r.get("measured_peak_memory_bytes")]
+    return max(errors) if errors else None
+
+
+def stats(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "none"
+    return f"median {100 * statistics.median(values):.1f}%, largest {100 * max(values):.1f}% over {len(values)}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="models/tiny-gpt.json")
+    ap.add_argument("--out", default="/tmp/gpipe-first-run")
+    ap.add_argument("--bin", default="build/gpipe-plan")
+    ap.add_argument("--configs", help="K:D:M:schedule:remat ... (default: the covering matrix)")
+    ap.add_argument("--batch", type=int, default=96, help="global batch (divisible by D x M for every configuration)")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=20, help="profiler repeats per layer")
+    ap.add_argument("--calibrate-on", default="2,16", help="M values the calibration is fitted on")
+    ap.add_argument("--no-planner-check", action="store_true")
+    a = ap.parse_args()
+    os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    os.makedirs(a.out, exist_ok=True)
+    configs = [tuple(c.split(":")) for c in (a.configs.split() if a.configs else default_configs())]
+    configs = [(int(k), int(d), int(m), s, r) for k, d, m, s, r in configs]
+    for k, d, m, s, r in configs:
+        if a.batch % (d * m):
+            sys.exit(f"--batch {a.batch} does not split into D x M = {d} x {m}")
+    most_ranks = max(k * d for k, d, *_ in configs)
+    sizes = sorted({a.batch // (d * m) for _, d, m, *_ in configs})
+    first = min(sizes, key=lambda b: abs(b - 8))
+    sizes = [first] + [b for b in sizes if b != first]
+    out = lambda name: os.path.join(a.out, name)
+
+    print(f"profiling {a.model} at micro-batch sizes {sizes}, 1..{most_ranks} ranks per node", flush=True)
+    sh([a.bin, "profile", "--model", a.model, "--microbatch-size", ",".join(map(str, sizes)), "--repeats",
+        str(a.repeats), "--ranks-per-node", str(most_ranks), "-o", out("profile.json")], out("profile.txt"))
+    sh([a.bin, "profile-links", "--ranks", str(max(2, most_ranks)), "-o", out("cluster.json")], out("links.txt"))
+
+    planned = []
+    for k, d, m, s, r in configs:
+        name = f"k{k}-d{d}-m{m}-{s}-remat-{r}"
+        extra = ["--chunks", "2"] if s == "interleaved-1f1b" else []
+        rc = sh([a.bin, "plan", "--profile", out("profile.json"), "--cluster", out("cluster.json"), "--global-batch",
+                 str(a.batch), "--devices", str(k * d), "--stages", str(k), "--replicas", str(d), "--microbatches",
+                 str(m), "--schedule", s, "--remat", r, "-q", "-o", out(name + "-plan.json")] + extra,
+                out(name + "-plan.log"), check=False)
+        if rc != 0:
+            print(f"{name}: no plan ({open(out(name + '-plan.log')).read().strip()[:160]})")
+            continue
+        planned.append((name, (k, d, m, s, r)))
+    runs = list(planned)
+    if not a.no_planner_check:
+        sh([a.bin, "plan", "--profile", out("profile.json"), "--cluster", out("cluster.json"), "--global-batch",
+            str(a.batch), "--devices", str(most_ranks), "-q", "-o", out("pick-plan.json")], out("pick-plan.log"))
+        runs.append(("pick", None))
+
+    best = {}  # name -> (measured ms, compare json, record)
+    for rnd in range(a.rounds):
+        for i, (name, _) in enumerate(runs):
+            record = out(f"{name}-run{rnd}.json")
+            rc = sh([a.bin, "run", out(name + "-plan.json"), "--model", a.model, "--steps", str(a.steps), "--record",
+                     record], out(f"{name}-run{rnd}.log"), check=False)
+            if rc != 0:
+                print(f"{name} round {rnd + 1}: run failed, see {out(f'{name}-run{rnd}.log')}")
+                continue
+            c = compare(a.bin, out(name + "-plan.json"), record)
+            if name not in best or c["measured_step_ms"] < best[name][0]:
+                best[name] = (c["measured_step_ms"], c, record)
+            print(f"\rround {rnd + 1}/{a.rounds}: {i + 1}/{len(runs)} runs", end="", flush=True)
+    print()
+
+    calibrate_on = {int(m) for m in a.calibrate_on.split(",") if m}
+    fit = [best[n][2] for n, cfg in planned if n in best and cfg[2] in calibrate_on]
+    held = [(n, cfg) for n, cfg in planned if n in best and cfg[2] not in calibrate_on]
+    calibrated = {}
+    if fit and held:
+        sh([a.bin, "calibrate", *fit, "--cluster", out("cluster.json"), "-o", out("calibrated-cluster.json")],
+           out("calibrate.log"))
+        for n, _ in held:
+            calibrated[n] = compare(a.bin, out(n + "-plan.json"), best[n][2], out("calibrated-cluster.json"))
+
+    print(f"{'configuration':34} {'predicted':>10} {'measured':>10} {'error':>8} {'memory':>8} {'calibrated':>10}")
+    rows = []
+    for name, cfg in planned:
+        if name not in best:
+            continue
+        _, c, _ = best[name]
+        mem = peak_memory_error(c)
+        cal = calibrated.get(name)
+        rows.append({"config": name, "predicted_ms": c["predicted_step_ms"], "measured_ms": c["measured_step_ms"],
+                     "step_error": c["step_error"], "peak_memory_error": mem,
+                     "calibrated_step_error": cal["step_error"] if cal else None, "fitted_on": cfg[2] in calibrate_on})
+        mem_text = "" if mem is None else f"{100 * mem:.1f}%"
+        cal_text = ("fit" if cfg[2] in calibrate_on else "") if cal is None else f"{100 * cal['step_error']:+.1f}%"
+        print(f"{name:34} {c['predicted_step_ms']:10.2f} {c['measured_step_ms']:10.2f} {100 * c['step_error']:+7.1f}% "
+              f"{mem_text:>8} {cal_text:>10}")
+    summary = {"model": a.model, "batch": a.batch, "rounds": a.rounds, "steps": a.steps, "configs": rows}
+    print(f"uncalibrated |step-time error|: {stats([abs(r['step_error']) for r in rows])}")
+    print(f"uncalibrated |peak-memory error| (largest rank): {stats([r['peak_memory_error'] for r in rows])}")
+    print(f"calibrated on M in {sorted(calibrate_on)}, held out: "
+          f"{stats([abs(r['calibrated_step_error']) for r in rows if r['calibrated_step_error'] is not None])}")
+    if "pick" in best and rows:
+        fastest = min(rows, key=lambda r: r["measured_ms"])
+        pick = json.load(open(out("pick-plan.json")))
+        chosen = f"{pick['schedule']} K={len({s['rank'] for s in pick['stages']})} D={pick.get('replicas', 1)} " \
+                 f"M={pick['microbatches']}"
+        ms = best["pick"][0]
+        summary["planner_choice"] = {"plan": chosen, "predicted_ms": best["pick"][1]["predicted_step_ms"],
+                                     "measured_ms": ms, "fastest": fastest["config"], "fastest_ms": fastest["measured_ms"],
+                                     "slower_than_fastest": ms / fastest["measured_ms"] - 1}
+        print(f"planner's choice {chosen}: predicted {best['pick'][1]['predicted_step_ms']:.2f} ms, measured {ms:.2f} ms; "
+              f"fastest of the matrix {fastest['config']} {fastest['measured_ms']:.2f} ms "
+              f"({100 * (ms / fastest['measured_ms'] - 1):+.1f}%)")
+    json.dump(summary, open(out("summary.json"), "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
