@@ -39,6 +39,10 @@ struct LayerProfile {
   /// zero-bubble schedule's I costs backward_ms - backward_weight_ms. Measured, I + W may exceed
   /// backward_ms (W re-reads what the whole backward had in cache).
   std::optional<double> backward_input_ms = std::nullopt;
+  /// Bytes the input-gradient pass I leaves for the weight-gradient pass W, one micro-batch: the
+  /// gradients I captures where the parameters' paths meet the input path, held from I until W
+  /// (zero-bubble schedules). Optional in the file (0: not measured).
+  int64_t weight_pass_bytes = 0;
 };
 
 struct Profile {

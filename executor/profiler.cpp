@@ -152,6 +152,10 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
               ms = DeviceTimeMs(settings.device, [&] {
                 weight = BackwardInput(outs[i], grad, {anchor}, layers[static_cast<size_t>(i)]->Parameters(), &anchor_grads);
               });
+              if (round == 0) {
+                size.layers[static_cast<size_t>(i)].weight_pass_bytes =
+                    weight.HeldBytes(ins[i].requires_grad() ? anchor_grads.front() : torch::Tensor());
+              }
               weight_ms = DeviceTimeMs(settings.device, [&] { weight.Run(); });
               if (ins[i].requires_grad()) next_grad = anchor_grads.front();
             } else {
@@ -225,6 +229,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.output_bytes = m.output_bytes;
     layer.forward_workspace_bytes = m.forward_workspace_bytes;
     layer.backward_workspace_bytes = m.backward_workspace_bytes;
+    layer.weight_pass_bytes = m.weight_pass_bytes;
     profile.layers.push_back(layer);
   }
   nlohmann::json measurements = nlohmann::json::array();
@@ -242,7 +247,8 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
                         {"activation_bytes", m.activation_bytes},
                         {"output_bytes", m.output_bytes},
                         {"forward_workspace_bytes", m.forward_workspace_bytes},
-                        {"backward_workspace_bytes", m.backward_workspace_bytes}});
+                        {"backward_workspace_bytes", m.backward_workspace_bytes},
+                        {"weight_pass_bytes", m.weight_pass_bytes}});
     }
     measurements.push_back({{"microbatch_size", size.microbatch_size},
                             {"input_bytes", size.input_bytes},
@@ -261,7 +267,9 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       "its input-gradient pass I, timed as backward_input under measurements); activation_bytes is what the forward leaves allocated "
       "while its graph lives, output included; forward_workspace_bytes is the forward's peak above that, "
       "backward_workspace_bytes the backward's peak above what it starts with (every weight's gradient "
-      "already allocated, as from a step's second micro-batch on).";
+      "already allocated, as from a step's second micro-batch on); weight_pass_bytes is what I leaves for W: the storage "
+      "of the gradients it captured where the parameters' paths meet the input path, each storage once, less the gradient "
+      "it passes on.";
   return profile;
 }
 

@@ -51,6 +51,8 @@ struct LayerMeasurement {
   /// Peak during the forward above what it leaves; peak during the backward above its start.
   int64_t forward_workspace_bytes = 0;
   int64_t backward_workspace_bytes = 0;
+  /// What the input-gradient pass I leaves for W (WeightPass::HeldBytes).
+  int64_t weight_pass_bytes = 0;
 };
 
 struct SizeMeasurement {

@@ -151,6 +151,16 @@ WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, c
   return pass;
 }
 
+int64_t WeightPass::HeldBytes(const torch::Tensor& passed_on) const {
+  std::unordered_set<const void*> seen;
+  if (passed_on.defined()) seen.insert(passed_on.storage().data());
+  int64_t bytes = 0;
+  for (const torch::Tensor& g : grads) {
+    if (g.defined() && seen.insert(g.storage().data()).second) bytes += static_cast<int64_t>(g.storage().nbytes());
+  }
+  return bytes;
+}
+
 void WeightPass::Run() {
   if (!roots.empty()) {
     // Not set_next_edge, which refuses a node that has parents: an empty edge needs no

@@ -33,6 +33,9 @@ struct WeightPass {
   std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uint32_t>> cuts;
 
   bool empty() const { return roots.empty(); }
+  /// Bytes of the captured gradients' storage (each storage once; one may be the gradient I
+  /// received, which then lives until W), less any shared with `passed_on` (what I sends down).
+  int64_t HeldBytes(const torch::Tensor& passed_on) const;
   /// W: accumulates every parameter's gradient into its `.grad()` (as a backward does) and frees
   /// the graph. The last use of the graph.
   void Run();

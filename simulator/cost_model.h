@@ -42,6 +42,9 @@ struct StageCost {
   /// layers). Freed when the action ends.
   double forward_workspace_bytes = 0;
   double backward_workspace_bytes = 0;
+  /// Held from a micro-batch's input-gradient pass I until its weight-gradient pass W (split
+  /// backwards only): the gradients I captured for W (the profile's weight_pass_bytes, summed).
+  double weight_pass_bytes = 0;
   /// The executor keeps every tensor the stage sends until the step ends (Gloo; calibrated).
   bool sends_held = false;
 

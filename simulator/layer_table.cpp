@@ -55,6 +55,7 @@ void LayerTable::StageBuilder::Extend() {
   weight_ += weight;
   input_gradient_ += layer.backward_input_ms.value_or(layer.backward_ms - weight);
   activation_ += static_cast<double>(layer.activation_bytes);
+  weight_pass_ += static_cast<double>(layer.weight_pass_bytes);
   params_ += static_cast<double>(layer.param_bytes);
   forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));
   if (end_ > first_) {
@@ -76,6 +77,7 @@ StageCost LayerTable::StageBuilder::Cost(bool remat) const {
   c.backward_weight_ms = weight_ * time + backward_overhead;
   c.backward_input_ms = input_gradient_ * time + backward_overhead;
   c.activation_bytes = activation_ * table_->scale_;
+  c.weight_pass_bytes = weight_pass_ * table_->scale_;
   c.input_bytes = table_->InputBytes(first_);
   c.output_bytes = table_->OutputBytes(end_ - 1);
   c.static_bytes = params_ * table_->factor_;

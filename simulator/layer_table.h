@@ -43,6 +43,7 @@ class LayerTable {
     double forward_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
     // Workspaces: the largest forward one; the largest backward one of the layers before the
     // last, each with the gradient of its output held meanwhile; the last layer's.
+    double weight_pass_ = 0;
     double forward_workspace_ = 0, inner_backward_workspace_ = 0, last_backward_workspace_ = 0;
   };
 

@@ -35,11 +35,14 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_start.backward_workspaces = 1;
       e.at_end.backward_workspaces = -1;
       e.at_start.recompute = recompute;
+      // Counted from I's start (the captured gradients build up while it runs) until W's end.
+      e.at_start.weight_pending = 1;
       e.at_end.gradient_buffers = -gradient_buffer;
       break;
     case Op::kBackwardWeight:
       e.at_start.backward_workspaces = 1;
       e.at_end.backward_workspaces = -1;
+      e.at_end.weight_pending = -1;
       e.at_end.stash = -1;
       e.at_end.recompute = -recompute;
       e.at_end.in_flight = -1;
@@ -60,7 +63,7 @@ MemoryChange Bytes(const MemoryCounts& n, const StageCost& c) {
   MemoryChange change;
   change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.activation_bytes +
                             n.forward_workspaces * c.forward_workspace_bytes +
-                            n.backward_workspaces * c.backward_workspace_bytes;
+                            n.backward_workspaces * c.backward_workspace_bytes + n.weight_pending * c.weight_pass_bytes;
   change.buffer_bytes = n.gradient_buffers * c.output_bytes + n.input_buffers * c.input_bytes;
   if (c.sends_held) change.buffer_bytes += n.sent_outputs * c.output_bytes + n.sent_inputs * c.input_bytes;
   change.in_flight = n.in_flight;
@@ -126,9 +129,10 @@ namespace gpipe {
 // Pricing replays the walk this many times before it builds the set of maximal vectors.
 constexpr int kWalksBeforeBuild = 8;
 // Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs,
-// forward and backward workspaces (the last two only in the walk with workspaces).
-constexpr int kCounts = 8;
-constexpr int kCountsWithoutWorkspaces = 6;
+// micro-batches between I and W, forward and backward workspaces (the last two only in the walk
+// with workspaces).
+constexpr int kCounts = 9;
+constexpr int kCountsWithoutWorkspaces = 7;
 
 MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   std::vector<int> slot(schedule.num_stages(), -1);
@@ -149,8 +153,9 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
   changes.reserve(2 * schedule.ranks[rank].size());
   int in_flight = 0;
   const auto record = [&](const MemoryCounts& n, int at) {
-    const int deltas[kCounts] = {n.stash,        n.recompute,   n.gradient_buffers,   n.input_buffers,
-                                 n.sent_outputs, n.sent_inputs, n.forward_workspaces, n.backward_workspaces};
+    const int deltas[kCounts] = {n.stash,          n.recompute,          n.gradient_buffers,
+                                 n.input_buffers,  n.sent_outputs,       n.sent_inputs,
+                                 n.weight_pending, n.forward_workspaces, n.backward_workspaces};
     for (int k = 0; k < walk.stride; ++k) {
       if (deltas[k] != 0) changes.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
     }
@@ -166,7 +171,7 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
     // needed, never fewer, and a falling count is only ever priced lower.)
     const MemoryCounts& n = e.at_start;
     const bool grew = n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 ||
-                      n.sent_outputs > 0 || n.sent_inputs > 0 ||
+                      n.sent_outputs > 0 || n.sent_inputs > 0 || n.weight_pending > 0 ||
                       (workspaces && (n.forward_workspaces > 0 || n.backward_workspaces > 0));
     if (grew && !changes.empty()) changes.back().candidate = true;
     record(e.at_end, walk.stride * i);
@@ -236,9 +241,10 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
     price[3] = c.input_bytes;
     price[4] = c.sends_held ? c.output_bytes : 0.0;
     price[5] = c.sends_held ? c.input_bytes : 0.0;
+    price[6] = c.weight_pass_bytes;
     if (workspaces) {
-      price[6] = c.forward_workspace_bytes;
-      price[7] = c.backward_workspace_bytes;
+      price[7] = c.forward_workspace_bytes;
+      price[8] = c.backward_workspace_bytes;
     }
   }
   if (!walk.built && ++walk.walks > kWalksBeforeBuild) BuildVectors(walk);

@@ -29,7 +29,8 @@ namespace gpipe {
 
 /// What an action does to a rank's memory in units of its stage's quantities: stashes
 /// (stash_bytes each), recomputed activations (activation_bytes each), gradient buffers
-/// (output_bytes each), input buffers (input_bytes each), sent tensors when held, and workspaces
+/// (output_bytes each), input buffers (input_bytes each), sent tensors when held, what I leaves
+/// for W (weight_pass_bytes each), and workspaces
 /// (forward_workspace_bytes, backward_workspace_bytes each). The byte effect is the dot product;
 /// the planner keeps the counts to price many stages without walking the list again.
 struct MemoryCounts {
@@ -40,6 +41,8 @@ struct MemoryCounts {
   /// Sent outputs (SEND_F) and sent input gradients (SEND_B), priced only when sends are held.
   int sent_outputs = 0;
   int sent_inputs = 0;
+  /// Micro-batches between their I and their W: what I captured for W (weight_pass_bytes).
+  int weight_pending = 0;
   /// Forward and backward workspaces (transient: each action frees its own at its end).
   int forward_workspaces = 0;
   int backward_workspaces = 0;

@@ -69,6 +69,11 @@ TEST(ProfilerTest, BytesMatchHandCounts) {
   const double korthikanti = 16.0 * static_cast<double>(hidden);
   EXPECT_GE(static_cast<double>(layers[3].activation_bytes), korthikanti);
   EXPECT_LE(static_cast<double>(layers[3].activation_bytes), korthikanti * 1.05);
+  // What I leaves for W: a linear layer's is the gradient of its output, arriving at its matmul;
+  // GELU has no weight and leaves none; a block leaves one per parameterised operation.
+  EXPECT_EQ(layers[1].weight_pass_bytes, hidden);
+  EXPECT_EQ(layers[2].weight_pass_bytes, 0);
+  EXPECT_GE(layers[3].weight_pass_bytes, 4 * hidden);
   // The head keeps its layer-norm output and the logits for the loss.
   EXPECT_GE(layers[4].activation_bytes, kB * kS * kVocab * 4);
 }

@@ -88,6 +88,24 @@ TEST(Memory, ZbH1PeaksNoHigherThanOneFOneB) {
   EXPECT_EQ(one_peak, 4 * Stash(0));
 }
 
+TEST(Memory, WhatIKeepsForWIsHeldUntilW) {
+  // The gradients I captured for W live from I's start to W's end, on top of the stashes. ZB-H1,
+  // K=2, M=4, at each rank's peak: one micro-batch's on rank 0, two on rank 1 (whose W passes
+  // trail their I by more), each priced at weight_pass_bytes.
+  constexpr double kHeld = 300;
+  CostModel costs = Costs(2, false);
+  const SimResult without = RunSchedule(ScheduleKind::kZbH1, 2, 4, costs);
+  for (StageCost& stage : costs.stages) stage.weight_pass_bytes = kHeld;
+  const SimResult with = RunSchedule(ScheduleKind::kZbH1, 2, 4, costs);
+  for (int rank = 0; rank < 2; ++rank) {
+    const double added = with.ranks[rank].peak_activation_bytes - without.ranks[rank].peak_activation_bytes;
+    EXPECT_EQ(added, (rank + 1) * kHeld) << rank;
+  }
+  // 1F1B runs no split backward: nothing is held for a W.
+  EXPECT_EQ(RunSchedule(ScheduleKind::k1F1B, 2, 4, costs).ranks[0].peak_activation_bytes,
+            RunSchedule(ScheduleKind::k1F1B, 2, 4, Costs(2, false)).ranks[0].peak_activation_bytes);
+}
+
 TEST(Memory, EveryAllocationIsFreedByTheEnd) {
   CostModel costs = Costs(3, true);
   for (StageCost& stage : costs.stages) stage.input_bytes = stage.output_bytes = 64;
@@ -251,6 +269,7 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
               costs[s].sends_held = (trial / 2) % 2 == 1;
               costs[s].forward_workspace_bytes = trial % 3 == 1 ? 300 + 5 * s : 0;
               costs[s].backward_workspace_bytes = trial % 4 >= 2 ? 2500 + 17 * s : 0;
+              costs[s].weight_pass_bytes = trial % 5 >= 2 ? 800 + 3 * s : 0;
             }
             const MemoryPeak walk = RankMemoryPeak(schedule, r, costs);
             std::vector<const StageCost*> mine;
