@@ -24,6 +24,8 @@ struct Calibration {
   std::vector<double> backward_overhead_ms;
   /// A send occupies its rank this long before its message goes on the link.
   double send_overhead_ms = 0;
+  /// Per byte on top of send_overhead_ms, when measured (profile-links); 0: no per-byte term.
+  double send_issue_bytes_per_s = 0;
   /// After its last action (and all-reduce) each rank spends step_overhead_ms plus
   /// optimizer_ms_per_gib for each GiB of its parameters before the step ends.
   double step_overhead_ms = 0;

@@ -11,7 +11,8 @@ namespace gpipe {
 namespace {
 
 const std::set<std::string> kKnownTop = {"format", "name", "devices", "device_memory_bytes",
-                                         "link", "nodes", "links", "calibration", "allreduce", "send_overhead_ms"};
+                                         "link", "nodes", "links", "calibration", "allreduce", "send_overhead_ms",
+                                         "send_issue_bytes_per_s"};
 
 // Below these, a value is in the wrong unit (GB/s or GiB written as bytes), not a real device.
 constexpr double kMinBandwidth = 1e5;
@@ -117,6 +118,7 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
     }
   }
   cluster.send_overhead_ms = r.OptionalNumber("send_overhead_ms", 0.0);
+  cluster.send_issue_bytes_per_s = r.OptionalNumber("send_issue_bytes_per_s", 1.0);
   if (const nlohmann::json* calibration = r.OptionalObject("calibration")) {
     Expected<Calibration> c = CalibrationFromJson(*calibration, r.Where("calibration"));
     if (c.ok()) cluster.calibration = *c; else r.Fail(c.status());
@@ -151,6 +153,7 @@ nlohmann::json ClusterToJson(const Cluster& cluster) {
   }
   if (cluster.calibration) json["calibration"] = CalibrationToJson(*cluster.calibration);
   if (cluster.send_overhead_ms) json["send_overhead_ms"] = *cluster.send_overhead_ms;
+  if (cluster.send_issue_bytes_per_s) json["send_issue_bytes_per_s"] = *cluster.send_issue_bytes_per_s;
   if (!cluster.allreduce.empty()) {
     nlohmann::json samples = nlohmann::json::array();
     for (const AllReduceSample& a : cluster.allreduce) {

@@ -62,6 +62,10 @@ struct Cluster {
   /// Measured by profile-links: how long issuing a send occupies the sending rank (the wire's call
   /// returning, before the message arrives); used when there is no calibration.
   std::optional<double> send_overhead_ms;
+  /// Written by profile-links with send_overhead_ms: the rate at which issuing a send occupies its
+  /// rank per byte (Gloo writes what the socket takes at once in the sender's thread), so that a
+  /// send of b bytes occupies it send_overhead_ms + b / send_issue_bytes_per_s.
+  std::optional<double> send_issue_bytes_per_s;
   nlohmann::json extra = nlohmann::json::object();
 
   /// The link that carries messages from device `from` to device `to`.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #ifdef GPIPE_WITH_CUDA
 #include <cuda_runtime_api.h>
@@ -92,7 +93,7 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
                                    ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
                                    : torch::Device(torch::kCPU);
   std::vector<LinkFit> fits;
-  std::vector<double> issue;  // this rank's send-issue times, smallest message
+  std::map<int64_t, std::vector<double>> issue;  // this rank's send-issue times, by message size
   try {
     // Pairs in a fixed order, every rank walking the same list: one pair at a time on the wire.
     for (int from = 0; from < env.world_size; ++from) {
@@ -108,7 +109,7 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
               std::unique_ptr<PendingWork> sent = (*comm)->Send(buffer, to, 1);
               const double issue_ms =
                   std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-              if (rep > 0 && bytes == settings.message_bytes.front()) issue.push_back(issue_ms);
+              if (rep > 0) issue[bytes].push_back(issue_ms);
               sent->Wait();
               (*comm)->Recv(buffer, to, 2)->Wait();
             } else if (env.rank == to) {
@@ -136,13 +137,18 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   } catch (const std::exception& e) {
     return Status::Invalid("rank " + std::to_string(env.rank) + ": timing the gradient all-reduce: " + e.what());
   }
+  // This rank's send issue: the median per message size, fitted as overhead + bytes / rate.
+  std::vector<std::pair<int64_t, double>> issue_medians;
+  for (auto& [bytes, times] : issue) issue_medians.emplace_back(bytes, Summarize(times).median_ms);
+  const Link issue_fit = FitLink(issue_medians);
   nlohmann::json mine = nlohmann::json::array();
   for (const LinkFit& f : fits) {
     nlohmann::json samples = nlohmann::json::array();
     for (const auto& [bytes, ms] : f.samples) samples.push_back({bytes, ms});
     mine.push_back({{"from", f.from}, {"to", f.to}, {"latency_ms", f.link.latency_ms},
                     {"bandwidth_bytes_per_s", f.link.bandwidth_bytes_per_s}, {"samples", samples},
-                    {"issue_ms", issue.empty() ? 0.0 : Summarize(issue).median_ms}});
+                    {"issue_ms", issue_medians.empty() ? 0.0 : issue_medians.front().second},
+                    {"issue_bytes_per_s", issue_fit.bandwidth_bytes_per_s}});
   }
   std::vector<std::string> all;
   try {
@@ -152,10 +158,11 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   }
   if (env.rank != 0) return std::optional<std::pair<Cluster, std::vector<LinkFit>>>();
   std::vector<LinkFit> every;
-  std::vector<double> issue_medians;
+  std::vector<double> issue_small, issue_rates;
   for (const std::string& text : all) {
     for (const nlohmann::json& j : nlohmann::json::parse(text)) {
-      issue_medians.push_back(j["issue_ms"].get<double>());
+      issue_small.push_back(j["issue_ms"].get<double>());
+      issue_rates.push_back(j["issue_bytes_per_s"].get<double>());
       LinkFit f;
       f.from = j["from"];
       f.to = j["to"];
@@ -177,7 +184,12 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   cluster.link = by_bandwidth.empty() ? Link{1e9, 0} : by_bandwidth[by_bandwidth.size() / 2].link;
   for (const LinkFit& f : every) cluster.links.push_back({f.from, f.to, f.link});
   cluster.allreduce = std::move(allreduce);
-  if (!issue_medians.empty()) cluster.send_overhead_ms = Summarize(issue_medians).median_ms;
+  if (!issue_small.empty()) {
+    cluster.send_overhead_ms = Summarize(issue_small).median_ms;
+    std::nth_element(issue_rates.begin(), issue_rates.begin() + static_cast<std::ptrdiff_t>(issue_rates.size() / 2),
+                     issue_rates.end());
+    cluster.send_issue_bytes_per_s = issue_rates[issue_rates.size() / 2];
+  }
   return std::optional<std::pair<Cluster, std::vector<LinkFit>>>(std::make_pair(cluster, every));
 }
 

@@ -7,7 +7,8 @@
 // Then the gradient all-reduce as the trainer runs it (gradients flattened into one buffer, summed
 // over the group, copied back) for groups of ranks 0..n-1, n = 2..N, across sizes up to 64 MiB:
 // the cluster's "allreduce", which the simulator prices all-reduces from; and how long issuing a
-// send occupies its rank (the smallest message; the median over pairs): "send_overhead_ms".
+// send occupies its rank: the smallest message's time, "send_overhead_ms", and the rate per byte
+// fitted through the smallest and largest message, "send_issue_bytes_per_s" (medians over ranks).
 #pragma once
 
 #include <cstdint>

@@ -74,6 +74,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   const std::vector<double> param_bytes = ParamBytesPerRank(plan);
   if (calibration != nullptr) {
     model.send_overhead_ms = calibration->send_overhead_ms;
+    model.send_issue_bytes_per_s = calibration->send_issue_bytes_per_s;
     model.tail_ms.assign(ranks, 0.0);
     for (int r = 0; r < ranks; ++r) model.tail_ms[r] = calibration->TailMs(param_bytes[r]);
   }
@@ -95,6 +96,7 @@ std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cl
   if (cluster.send_overhead_ms) {
     if (!measured) measured = Calibration();
     measured->send_overhead_ms = *cluster.send_overhead_ms;
+    measured->send_issue_bytes_per_s = cluster.send_issue_bytes_per_s.value_or(0.0);
   }
   return measured;
 }

@@ -94,6 +94,8 @@ struct CostModel {
   /// Calibrated (core/calibration.h): what a send occupies its rank, and what each rank spends
   /// after its last action and all-reduce (empty: nothing).
   double send_overhead_ms = 0;
+  /// 0: sends cost send_overhead_ms whatever their size.
+  double send_issue_bytes_per_s = 0;
   std::vector<double> tail_ms;
   /// Samples per micro-batch and in the whole step (for throughput).
   int64_t microbatch_size = 1;
@@ -108,6 +110,12 @@ struct CostModel {
   std::string calibration_note;
 
   int num_ranks() const { return static_cast<int>(links.size()); }
+  /// How long issuing a send of `bytes` occupies its rank.
+  double SendIssueMs(double bytes) const {
+    return send_overhead_ms + (send_issue_bytes_per_s > 0 ? bytes / send_issue_bytes_per_s * 1e3 : 0.0);
+  }
+  /// The bytes that send action `op` of a stage costing `c` moves.
+  static double SentBytes(const StageCost& c, Op op) { return op == Op::kSendGradient ? c.input_bytes : c.output_bytes; }
   /// What rank r does after its last action: all-reduce, then its tail.
   double AfterLastActionMs(int r) const {
     return (allreduce_ms.empty() ? 0.0 : allreduce_ms[r]) + (tail_ms.empty() ? 0.0 : tail_ms[r]);

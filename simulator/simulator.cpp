@@ -115,11 +115,12 @@ class Simulation {
         case Op::kSendActivation:
         case Op::kSendGradient: {
           Change(r, now, EffectOf(schedule_, a, c).at_start);
-          if (costs_.send_overhead_ms > 0) {
+          const double issue_ms = costs_.SendIssueMs(CostModel::SentBytes(c, a.op));
+          if (issue_ms > 0) {
             // The rank is busy issuing the send; the message leaves when it is done (Finish).
             state.computing = true;
             state.compute_start = now;
-            queue_.Push(now + costs_.send_overhead_ms, {Event::Kind::kRankFree, r, -1});
+            queue_.Push(now + issue_ms, {Event::Kind::kRankFree, r, -1});
             return;
           }
           Send(r, a, now);
@@ -151,7 +152,7 @@ class Simulation {
     const int to_stage = gradient ? a.stage - 1 : a.stage + 1;
     const int to = schedule_.stage_rank[to_stage];
     const StageCost& c = costs_.stages[a.stage];
-    const double bytes = gradient ? c.input_bytes : c.output_bytes;
+    const double bytes = CostModel::SentBytes(c, a.op);
     const Link& link = costs_.links[r][to];
     Transfer t;
     t.from_rank = r;

@@ -64,9 +64,9 @@ double StepEvaluator::StepTimeMs(const CostModel& costs) const {
       case Op::kBackwardWeight: now = now + ComputeMs(c, step.op); break;
       case Op::kSendActivation:
       case Op::kSendGradient: {
-        const double bytes = step.op == Op::kSendGradient ? c.input_bytes : c.output_bytes;
+        const double bytes = CostModel::SentBytes(c, step.op);
         const Link& link = costs.links[step.rank][step.peer];
-        if (costs.send_overhead_ms > 0) now = now + costs.send_overhead_ms;
+        now = now + costs.SendIssueMs(bytes);
         double& free_at = link_free_[static_cast<size_t>(step.rank) * ranks + step.peer];
         const double start = std::max(now, free_at);
         const double wire_end = start + (bytes > 0 ? bytes / link.bandwidth_bytes_per_s * 1e3 : 0.0);

@@ -8,7 +8,9 @@
 
 #include "core/cluster.h"
 #include "core/profile.h"
+#include "core/schedule/validate.h"
 #include "simulator/cost_model.h"
+#include "simulator/simulator.h"
 #include "tests/executor/test_plans.h"
 
 namespace gpipe {
@@ -108,6 +110,34 @@ TEST(StepCosts, TheClustersMeasuredSendOverheadJoinsThem) {
   const Expected<Cluster> back = ClusterFromJson(ClusterToJson(plan.cluster), "c.json");
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(back->send_overhead_ms, 0.06);
+}
+
+TEST(StepCosts, ASendOccupiesItsRankLongerTheMoreItCarries) {
+  Plan plan = FourLayers(2, 1, Optimizer::kSgd);
+  plan.profile.step_costs = Measured();
+  plan.cluster.send_overhead_ms = 0.06;
+  plan.cluster.send_issue_bytes_per_s = 2e9;
+  for (LayerProfile& layer : plan.profile.layers) layer.output_bytes = 1 << 20;
+  const Expected<Cluster> back = ClusterFromJson(ClusterToJson(plan.cluster), "c.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->send_issue_bytes_per_s, 2e9);
+  const CostModel costs = BuildCostModel(plan).value();
+  const double bytes = costs.stages[0].output_bytes;
+  ASSERT_GT(bytes, 0);
+  EXPECT_NEAR(costs.SendIssueMs(bytes), 0.06 + bytes / 2e9 * 1e3, 1e-12);
+  // In the simulator each SEND_F of stage 0 occupies rank 0 that long, and the message leaves then.
+  const Schedule schedule = BuildSchedule(plan).value();
+  const SimResult result = Simulate(schedule, costs).value();
+  int sends = 0;
+  for (const ActionTiming& t : result.actions) {
+    if (t.action.op != Op::kSendActivation) continue;
+    ++sends;
+    EXPECT_NEAR(t.end_ms - t.start_ms, 0.06 + bytes / 2e9 * 1e3, 1e-9);
+  }
+  EXPECT_EQ(sends, plan.microbatches);
+  // Without the rate (an older cluster file), every send costs the overhead alone.
+  plan.cluster.send_issue_bytes_per_s.reset();
+  EXPECT_NEAR(BuildCostModel(plan).value().SendIssueMs(bytes), 0.06, 1e-12);
 }
 
 TEST(StepCosts, AClusterCalibrationFittedFromRunsTakesPrecedence) {
