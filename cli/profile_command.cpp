@@ -17,6 +17,7 @@
 #include "executor/launcher.h"
 #include "executor/profiler.h"
 #include "executor/step_cost_prober.h"
+#include "compare/pipeline_probe.h"
 #endif
 
 namespace gpipe::cli {
@@ -36,11 +37,9 @@ class ProfileCommand : public Command {
     app.add_option("--warmup", warmup_, "Unmeasured runs before measuring")->check(CLI::Range(0, 1000));
     app.add_option("--repeats", repeats_, "Measured runs per layer; the median is kept")->check(CLI::Range(1, 100000));
     app.add_option("--ranks-per-node", ranks_per_node_,
-                   "Measure compute with 1..N ranks computing at once on this node (the plan's ranks per node "
-                   "picks one); default: this machine's cores, at least 4 and at most 8")
+                   "Measure compute with 1..N ranks on this node, each count run as a pipeline (the plan's ranks "
+                   "per node picks one); default: this machine's cores, at least 4 and at most 8")
         ->check(CLI::Range(1, 64));
-    // Internal: one of the co-located processes `profile` starts to measure --ranks-per-node.
-    app.add_option("--colocated-worker", colocated_worker_, "")->group("");
     app.footer(
         "Examples:\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8 -o tiny-gpt-profile.json\n"
@@ -69,7 +68,6 @@ class ProfileCommand : public Command {
       if (!torch::cuda::is_available()) return Fail(err, "profile", Status::Invalid("--device cuda: no usable GPU here; use --device cpu"));
       settings.device = torch::Device(torch::kCUDA, 0);
     }
-    if (!colocated_worker_.empty()) return ColocatedWorker(*model, settings, err);
     settings.progress = [&err](int done, int total, const std::string& what) {
       const int width = 30, filled = width * done / total;
       err << "\r[" << std::string(static_cast<size_t>(filled), '#') << std::string(static_cast<size_t>(width - filled), '.')
@@ -81,10 +79,26 @@ class ProfileCommand : public Command {
     Profile profile = executor::ProfileFromMeasurements(*model, settings, *sizes);
     const int ranks_per_node =
         ranks_per_node_ > 0 ? ranks_per_node_ : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 4, 8);
-    err << "measuring the optimizer, the step's fixed cost and 1.." << ranks_per_node << " ranks per node\n";
-    Expected<StepCosts> step_costs =
-        executor::MeasureStepCosts(*model, settings, ranks_per_node, [&](int n) { return Colocated(n, err); });
+    err << "measuring the optimizer and the step's fixed cost\n";
+    Expected<StepCosts> step_costs = executor::MeasureStepCosts(*model, settings);
     if (!step_costs.ok()) return Fail(err, "profile", step_costs.status());
+    if (!settings.device.is_cuda()) {
+      err << "measuring compute with 1.." << ranks_per_node << " ranks per node, run as pipelines\n";
+      PipelineProbeRequest probe;
+      probe.profile = profile;
+      probe.model_path = model_path_;
+      probe.max_ranks_per_node = ranks_per_node;
+      probe.forward_overhead_ms = step_costs->forward_overhead_ms.median;
+      probe.backward_overhead_ms = step_costs->backward_overhead_ms.median;
+      probe.dir = output_path_ + ".pipeline-probe";
+      Expected<std::vector<Measured>> scales = MeasurePipelineComputeScale(probe, err);
+      if (!scales.ok()) return Fail(err, "profile", scales.status());
+      step_costs->compute_scale = *scales;
+      step_costs->source += "; compute_scale: the model run as a pipeline of n ranks (1F1B, K x D = n, 2K micro-batches, " +
+                            std::to_string(probe.rounds) + " runs of " + std::to_string(probe.steps) +
+                            " steps, the fastest), its forward and backward actions less their overheads over the profile's "
+                            "times (compare/pipeline_probe.h)";
+    }
     profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
     if (!written.ok()) return Fail(err, "profile", written);
@@ -97,47 +111,10 @@ class ProfileCommand : public Command {
 
  private:
 #ifdef GPIPE_WITH_TORCH
-  // This process is rank RANK of Colocated's job: its whole-model rounds, [start_ms, ms] each, go
-  // to PREFIX.RANK. With others, it measures long enough to overlap them by seconds.
-  int ColocatedWorker(const ModelSpec& model, const executor::ProfileSettings& settings, std::ostream& err) {
-    const char* world = std::getenv("WORLD_SIZE");
-    const double min_seconds = world != nullptr && std::atoi(world) > 1 ? kColocatedSeconds : 0.0;
-    Expected<std::vector<executor::TimedRound>> rounds = executor::WholeModelTimes(model, settings, min_seconds);
-    if (!rounds.ok()) return Fail(err, "profile", rounds.status());
-    nlohmann::json json = nlohmann::json::array();
-    for (const executor::TimedRound& r : *rounds) json.push_back({r.start_ms, r.ms});
-    const char* rank = std::getenv("RANK");
-    const Status written = WriteFileAtomically(colocated_worker_ + "." + (rank != nullptr ? rank : "0"), json.dump());
-    return written.ok() ? kExitOk : Fail(err, "profile", written);
-  }
-
-  // Starts n processes of this program that each measure the whole model at once (as n ranks
-  // on this node would compute), and reads back their times.
-  Expected<std::vector<std::vector<executor::TimedRound>>> Colocated(int n, std::ostream& err) const {
-    const std::string prefix = output_path_ + ".colocated";
-    executor::LaunchOptions launch;
-    launch.world_size = n;
-    launch.master_port = executor::FreeLoopbackPort();
-    launch.argv = {executor::SelfExecutable(), "profile", "--model", model_path_, "-o", output_path_,
-                   "--microbatch-size", std::to_string(sizes_.front()), "--threads", std::to_string(threads_),
-                   "--warmup", std::to_string(warmup_), "--repeats", std::to_string(repeats_), "--colocated-worker", prefix};
-    if (executor::LaunchRanks(launch, err) != 0) return Status::Invalid("a co-located profiling process failed");
-    std::vector<std::vector<executor::TimedRound>> runs;
-    for (int r = 0; r < n; ++r) {
-      const std::string path = prefix + "." + std::to_string(r);
-      Expected<nlohmann::json> rounds = LoadJsonFile(path);
-      std::filesystem::remove(path);
-      if (!rounds.ok()) return rounds.status();
-      runs.emplace_back();
-      for (const nlohmann::json& round : *rounds) runs.back().push_back({round.at(0).get<double>(), round.at(1).get<double>()});
-    }
-    return runs;
-  }
-
   static void StepSummary(const StepCosts& costs, std::ostream& out) {
     out << "\nper step:";
     for (const auto& [name, m] : costs.optimizer_ms_per_gib) out << Sprintf(" %s %.1f ±%.1f ms/GiB;", name.c_str(), m.median, m.spread);
-    out << Sprintf(" fixed %.3f ±%.3f ms\ncompute with n ranks on the node, relative to one:", costs.step_overhead_ms.median,
+    out << Sprintf(" fixed %.3f ±%.3f ms\ncompute as pipelines of n ranks on the node, against the profile:", costs.step_overhead_ms.median,
                    costs.step_overhead_ms.spread);
     for (size_t n = 0; n < costs.compute_scale.size(); ++n) {
       out << Sprintf(" %zu: %.3f ±%.3f", n + 1, costs.compute_scale[n].median, costs.compute_scale[n].spread);
@@ -182,14 +159,9 @@ class ProfileCommand : public Command {
   }
 #endif
 
-  // How long each co-located process measures (after its warm-up), so that n processes started
-  // up to a second apart still compute together for over a second.
-  static constexpr double kColocatedSeconds = 2.0;
-
   std::string model_path_, output_path_, device_ = "cpu";
   std::vector<int64_t> sizes_ = {8};
   int threads_ = 1, warmup_ = 3, repeats_ = 10, ranks_per_node_ = 0;
-  std::string colocated_worker_;
 };
 
 }  // namespace

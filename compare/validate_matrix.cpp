@@ -6,6 +6,7 @@
 
 #include "compare/calibrate.h"
 #include "compare/compare.h"
+#include "compare/plan_runs.h"
 #include "core/files.h"
 #include "core/statistics.h"
 #include "core/text.h"
@@ -29,16 +30,6 @@ const CalibrationRun& Fastest(const std::vector<CalibrationRun>& runs) {
 // Round 1 keeps the configuration's own name; later rounds add ".round<N>".
 std::string RoundStem(const std::string& stem, int round) {
   return round == 0 ? stem : stem + ".round" + std::to_string(round + 1);
-}
-
-// Plans `request` and writes `<stem>.plan.json`; returns its path.
-Expected<std::string> WritePlan(const SearchRequest& request, const std::string& stem) {
-  Expected<SearchResult> result = SearchPlans(request);
-  if (!result.ok()) return result.status();
-  if (!result->best) return Status::Invalid("no plan fits the cluster's memory");
-  const std::string plan_path = stem + ".plan.json";
-  GPIPE_RETURN_IF_ERROR(WriteFileAtomically(plan_path, PlanReportJson(*result).dump(1) + "\n"));
-  return plan_path;
 }
 
 // Measured against predicted for one configuration's fastest round, on the uncalibrated cluster
@@ -169,24 +160,8 @@ class ValidateLoop {
     return runs;
   }
 
-  // Runs the plan at `plan_path` and reads back `<stem>.run.json` (the ranks' output: `<stem>.log`).
   Expected<CalibrationRun> RunPlan(const std::string& plan_path, const std::string& stem) const {
-    const std::string record_path = stem + ".run.json";
-    Expected<Plan> plan = LoadPlan(plan_path);
-    if (!plan.ok()) return plan.status();
-    executor::LaunchOptions launch;
-    launch.world_size = plan->num_ranks() * plan->replicas;
-    launch.master_port = executor::FreeLoopbackPort();
-    launch.argv = {executor::SelfExecutable(), "run", plan_path, "--model", request_.model_path, "--steps",
-                   std::to_string(request_.steps), "--threads-per-rank", "1", "--record", record_path, "--timeout", "120"};
-    launch.log_path = stem + ".log";
-    std::error_code ec;
-    std::filesystem::remove(record_path, ec);
-    std::filesystem::remove(launch.log_path, ec);
-    if (executor::LaunchRanks(launch, progress_) != 0) {
-      return Status::Invalid("the run failed; its ranks' output is in " + launch.log_path);
-    }
-    return LoadCalibrationRun(record_path, plan_path);
+    return RunPlanHere(plan_path, request_.model_path, request_.steps, stem, progress_);
   }
 
   // The cluster calibrated on the fastest rounds of the configurations marked for it (kept as

@@ -33,8 +33,9 @@ struct StepCosts {
   /// its layers' compute.
   Measured forward_overhead_ms;
   Measured backward_overhead_ms;
-  /// Entry n - 1: layer times while n ranks compute at once on the node, over layer times alone
-  /// (entry 0 is 1).
+  /// Entry n - 1: the executor's forward and backward times when n ranks of a pipeline share the
+  /// node, over the profile's layer times (compare/pipeline_probe.h; entry 0 is one rank's steady
+  /// state against the profiler's one-layer stages).
   std::vector<Measured> compute_scale;
   /// The executor's sends stay allocated until the step ends (Gloo on the CPU): memory counts them.
   bool sends_held = false;

@@ -2,14 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "core/plan.h"
-#include "core/text.h"
 #include "core/schedule/generators.h"
 #include "executor/data.h"
 #include "executor/host_memory.h"
@@ -34,14 +32,6 @@ std::vector<double> Sample(const ProfileSettings& settings, const std::function<
 Measured Scaled(std::vector<double> samples, double factor) {
   const Timing t = Summarize(std::move(samples));
   return {t.median_ms * factor, t.spread_ms * factor};
-}
-
-// The whole model's forward and backward on `batch`, as one rank holding every layer runs it.
-void ForwardBackward(std::vector<std::unique_ptr<Layer>>& layers, const ModelSpec& model, const Batch& batch) {
-  torch::Tensor h = batch.input;
-  for (auto& layer : layers) h = layer->Forward(h);
-  LossOf(model, h, batch.target).backward();
-  for (const torch::Tensor& p : ParametersOf(layers)) p.mutable_grad() = torch::Tensor();
 }
 
 // What the executor adds to each forward and each backward action: a one-stage runner (no peers)
@@ -97,57 +87,7 @@ std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const Prof
 
 }  // namespace
 
-Expected<std::vector<TimedRound>> WholeModelTimes(const ModelSpec& model, const ProfileSettings& settings,
-                                                  double min_seconds) {
-  at::set_num_threads(settings.threads);
-  KeepFreedHostMemory();
-  auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
-  if (!built.ok()) return built.status();
-  Expected<DataSource> data = DataSource::Open(model);
-  if (!data.ok()) return data.status();
-  const Batch host = data->GlobalBatch(0, settings.microbatch_sizes.front());
-  const Batch batch{host.input.to(settings.device), host.target.to(settings.device)};
-  for (int round = 0; round < settings.warmup; ++round) ForwardBackward(*built, model, batch);
-  std::vector<TimedRound> rounds;
-  const auto now_ms = [] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
-  const double first = now_ms();
-  while (static_cast<int>(rounds.size()) < settings.repeats || now_ms() - first < 1e3 * min_seconds) {
-    const double start = now_ms();
-    const double ms = DeviceTimeMs(settings.device, [&] { ForwardBackward(*built, model, batch); });
-    rounds.push_back({start, ms});
-  }
-  return rounds;
-}
-
-Expected<std::vector<std::vector<double>>> RoundsWhileAllRan(const std::vector<std::vector<TimedRound>>& runs,
-                                                             size_t min_rounds) {
-  double from = -std::numeric_limits<double>::infinity(), to = std::numeric_limits<double>::infinity();
-  for (const std::vector<TimedRound>& run : runs) {
-    if (run.empty()) return Status::Invalid("a co-located process measured no round");
-    from = std::max(from, run.front().start_ms);
-    to = std::min(to, run.back().start_ms + run.back().ms);
-  }
-  std::vector<std::vector<double>> kept;
-  for (size_t p = 0; p < runs.size(); ++p) {
-    kept.emplace_back();
-    for (const TimedRound& r : runs[p]) {
-      if (r.start_ms >= from && r.start_ms + r.ms <= to) kept.back().push_back(r.ms);
-    }
-    if (kept.back().size() < min_rounds) {
-      return Status::Invalid("the " + std::to_string(runs.size()) + " co-located processes ran together for " +
-                             Format("%.0f", std::max(0.0, to - from)) + " ms: process " + std::to_string(p) +
-                             " measured " + std::to_string(kept.back().size()) + " round(s) in that time, fewer than " +
-                             std::to_string(min_rounds) + " (a machine too busy to start them together; retry " +
-                             "on a quieter machine, or lower --ranks-per-node)");
-    }
-  }
-  return kept;
-}
-
-Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings, int max_ranks_per_node,
-                                     const ColocatedRun& colocated) {
+Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings) {
   at::set_num_threads(settings.threads);
   KeepFreedHostMemory();
   auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
@@ -188,29 +128,6 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
     costs.source = "optimizer and step overhead timed with CUDA events; ranks on a node are taken not to slow "
                    "each other (a GPU each)";
   } else {
-    // Each count n as n processes at once, alone included (one process, started the same way), so
-    // that every figure is of a rank process. A pass runs every count in turn; the scale of a pass
-    // is the mean over its n processes of each one's median, over the median alone in that pass;
-    // three passes, their median (a slow spell of a shared machine falls on one count of a pass,
-    // not on all passes).
-    constexpr int kPasses = 3;
-    constexpr size_t kMinRounds = 3;
-    std::vector<std::vector<double>> scales(static_cast<size_t>(max_ranks_per_node));
-    for (int pass = 0; pass < kPasses; ++pass) {
-      double base = 0;
-      for (int n = 1; n <= max_ranks_per_node; ++n) {
-        Expected<std::vector<std::vector<TimedRound>>> runs = colocated(n);
-        if (!runs.ok()) return runs.status().WithContext("measuring " + std::to_string(n) + " ranks computing at once");
-        Expected<std::vector<std::vector<double>>> together = RoundsWhileAllRan(*runs, kMinRounds);
-        if (!together.ok()) return together.status().WithContext("measuring " + std::to_string(n) + " ranks computing at once");
-        double mean = 0;
-        for (std::vector<double>& times : *together) mean += Summarize(std::move(times)).median_ms / static_cast<double>(n);
-        if (n == 1) base = mean;
-        scales[static_cast<size_t>(n - 1)].push_back(mean / base);
-      }
-    }
-    for (std::vector<double>& per_pass : scales) costs.compute_scale.push_back(Scaled(std::move(per_pass), 1.0));
-    costs.compute_scale.front() = {1.0, 0.0};
     auto copy = BuildLayers(model, 0, model.num_layers(), settings.device);
     if (!copy.ok()) return copy.status();
     std::tie(costs.forward_overhead_ms, costs.backward_overhead_ms) =
@@ -218,9 +135,7 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
     // Gloo's sends complete only when waited on, at the step's end (docs/executor.md).
     costs.sends_held = true;
     costs.source = "steady clock, " + std::to_string(settings.threads) + " intra-op thread(s); the optimizer over all " +
-                   std::to_string(params.size()) + " parameter tensors, per GiB; compute_scale: the whole model's " +
-                   "forward and backward on a micro-batch of " + std::to_string(b) +
-                   " run by n rank processes at once, over one process alone (median of 3 interleaved passes); action overheads: a one-stage runner's "
+                   std::to_string(params.size()) + " parameter tensors, per GiB; action overheads: a one-stage runner's "
                    "forward and backward actions over the same run directly on the layers; medians of " +
                    std::to_string(settings.repeats) + " after " + std::to_string(settings.warmup) + " warm-up runs";
   }

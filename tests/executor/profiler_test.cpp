@@ -3,7 +3,6 @@
 
 #include "core/profile.h"
 #include "executor/profiler.h"
-#include "executor/step_cost_prober.h"
 
 namespace gpipe::executor {
 namespace {
@@ -106,26 +105,6 @@ TEST(ProfilerTest, SummarizeTakesTheMedianAndHalfTheInterquartileRange) {
   const Timing t = Summarize({5, 1, 3, 2, 4});
   EXPECT_DOUBLE_EQ(t.median_ms, 3);
   EXPECT_DOUBLE_EQ(t.spread_ms, 1);  // quartiles 2 and 4
-}
-
-// Co-located processes start and stop apart: only the rounds inside the window in which all of
-// them were measuring count, so that "n ranks at once" is not partly one rank alone.
-TEST(ProfilerTest, ColocatedRoundsCountOnlyWhileEveryProcessRan) {
-  // Process 0 measures from 0 to 50 ms, process 1 from 20 to 90 ms (10 ms rounds).
-  std::vector<std::vector<TimedRound>> runs(2);
-  for (int i = 0; i < 5; ++i) runs[0].push_back({10.0 * i, 10.0});
-  for (int i = 0; i < 7; ++i) runs[1].push_back({20.0 + 10.0 * i, 10.0 + i});
-  const Expected<std::vector<std::vector<double>>> kept = RoundsWhileAllRan(runs, 2);
-  ASSERT_TRUE(kept.ok()) << kept.status().message();
-  // The window is [20, 50): process 0's rounds at 20, 30, 40; process 1's at 20 (10 ms) and 30
-  // (11 ms; ends at 41); the one at 41 (12 ms) ends at 53, after process 0 stopped.
-  EXPECT_EQ((*kept)[0], (std::vector<double>{10.0, 10.0, 10.0}));
-  EXPECT_EQ((*kept)[1], (std::vector<double>{10.0, 11.0}));
-  // Processes that hardly overlapped are refused, naming what to do.
-  const Expected<std::vector<std::vector<double>>> too_few = RoundsWhileAllRan(runs, 3);
-  ASSERT_FALSE(too_few.ok());
-  EXPECT_NE(too_few.status().message().find("ran together for 30 ms"), std::string::npos) << too_few.status().message();
-  EXPECT_FALSE(RoundsWhileAllRan({runs[0], {}}, 1).ok());
 }
 
 }  // namespace

@@ -1,0 +1,88 @@
+#include "compare/pipeline_probe.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <ostream>
+
+#include "compare/calibration_samples.h"
+#include "compare/plan_runs.h"
+#include "core/text.h"
+
+namespace gpipe {
+namespace {
+
+// The most stages, at most the model's layers, that split n ranks into K x D.
+int StagesFor(int n, int layers) {
+  for (int k = std::min(n, layers); k > 1; --k) {
+    if (n % k == 0) return k;
+  }
+  return 1;
+}
+
+// One count's run: its factor (measured less overheads, over the profile's times).
+Expected<double> ScaleOfRun(const CalibrationRun& run, const PipelineProbeRequest& request) {
+  CalibrationSamples samples;
+  GPIPE_RETURN_IF_ERROR(GatherCalibrationSamples(run, samples));
+  double measured = 0, base = 0;
+  for (const ComputeSample& s : samples.compute) {
+    measured += s.measured_ms - s.forwards * request.forward_overhead_ms - s.backwards * request.backward_overhead_ms;
+    base += s.base_ms;
+  }
+  if (base <= 0) return Status::Invalid("the run recorded no forward or backward with a profiled time");
+  return std::max(measured, 0.0) / base;
+}
+
+}  // namespace
+
+Expected<std::vector<Measured>> MeasurePipelineComputeScale(const PipelineProbeRequest& request, std::ostream& progress) {
+  Profile profile = request.profile;
+  profile.step_costs.reset();
+  std::error_code ec;
+  std::filesystem::create_directories(request.dir, ec);
+  std::vector<Measured> scales;
+  std::vector<std::string> made;  // removed once every count is measured; kept to read on failure
+  for (int n = 1; n <= request.max_ranks_per_node; ++n) {
+    const int stages = StagesFor(n, profile.num_layers());
+    const int replicas = n / stages;
+    const int microbatches = 2 * stages;
+    SearchRequest plan;
+    plan.profile = profile;
+    plan.cluster.name = "pipeline-probe";
+    plan.cluster.devices = n;
+    plan.cluster.device_memory_bytes = int64_t{1} << 50;  // compute is measured, not memory
+    plan.cluster.link = {1e12, 0.0};
+    plan.global_batch = profile.microbatch_size * microbatches * replicas;
+    plan.ranks = stages;
+    plan.replicas = replicas;
+    plan.microbatches = microbatches;
+    plan.schedule = stages == 1 ? ScheduleKind::kGpipe : ScheduleKind::k1F1B;
+    plan.remat = RematPolicy::kOff;
+    plan.optimizer = Optimizer::kSgd;
+    const std::string what = std::to_string(n) + " rank" + (n == 1 ? "" : "s") + " (K=" + std::to_string(stages) +
+                             ", D=" + std::to_string(replicas) + ")";
+    const std::string stem = request.dir + "/ranks-" + std::to_string(n);
+    Expected<std::string> plan_path = WritePlan(plan, stem);
+    if (!plan_path.ok()) return plan_path.status().WithContext("planning the pipeline probe of " + what);
+    made.push_back(*plan_path);
+    std::vector<double> rounds;
+    for (int round = 0; round < request.rounds; ++round) {
+      const std::string run_stem = stem + ".round" + std::to_string(round + 1);
+      made.push_back(run_stem + ".run.json");
+      made.push_back(run_stem + ".log");
+      Expected<CalibrationRun> run = RunPlanHere(*plan_path, request.model_path, request.steps, run_stem, progress);
+      if (!run.ok()) return run.status().WithContext("running the pipeline probe of " + what);
+      Expected<double> scale = ScaleOfRun(*run, request);
+      if (!scale.ok()) return scale.status().WithContext("the pipeline probe of " + what);
+      rounds.push_back(*scale);
+    }
+    const auto [low, high] = std::minmax_element(rounds.begin(), rounds.end());
+    scales.push_back({*low, (*high - *low) / 2});
+    progress << "  " << what << ": compute " << Format("%.3f", *low) << "x the profile\n";
+  }
+  // File by file: std::filesystem::remove_all resolves to libtorch's copy, which crashes here.
+  for (const std::string& path : made) std::filesystem::remove(path, ec);
+  std::filesystem::remove(request.dir, ec);
+  return scales;
+}
+
+}  // namespace gpipe

@@ -1,0 +1,48 @@
+// Co-located ranks measured as the executor runs them: for each count n of ranks on this node,
+// the model run for real as an n-rank pipeline (K stages x D replicas = n, K as large as the
+// model's layers allow; 1F1B over 2K micro-batches of the profile's size; one process per rank
+// over the executor's wire), its forward and backward actions against the profile's times for the
+// same stages. What two independent processes computing side by side show is not what pipeline
+// ranks show: on a 2-core virtual machine, two whole-model processes together measured 1.07-1.26x
+// one alone, while a K=2 pipeline's actions ran 1.4-1.7x the profile (a rank waiting for its
+// peer idles its core, and its next action starts cold).
+//
+// The factor for n ranks is the sum over the run's (rank, op, stage) of the mean action time, less
+// the executor's per-action overheads the simulator adds on its own, over the profile's times for
+// them; of `rounds` runs the smallest is kept (a slow spell of a shared machine only slows a run),
+// with half the range as its spread. Count 1 is measured too: the executor's steady state against
+// the profiler's one-layer stages. Runs start this program: REQUIRES the caller is gpipe-plan.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/profile.h"
+#include "core/status.h"
+#include "core/step_costs.h"
+
+namespace gpipe {
+
+struct PipelineProbeRequest {
+  /// The profile just measured (its step_costs, if any, are left out of the base times).
+  Profile profile;
+  /// The model's file, handed to every run.
+  std::string model_path;
+  /// Counts 1..max_ranks_per_node are measured.
+  int max_ranks_per_node = 4;
+  int steps = 6;
+  int rounds = 2;
+  /// The executor's overheads per forward and backward action (StepCosts), taken out of the
+  /// measured times since the simulator adds them itself.
+  double forward_overhead_ms = 0;
+  double backward_overhead_ms = 0;
+  /// Plans, records and the ranks' logs go here; removed when every count is measured, kept on
+  /// failure (the error names the log).
+  std::string dir;
+};
+
+/// compute_scale[n - 1] for n = 1..max_ranks_per_node. Errors name the count and the run's log.
+Expected<std::vector<Measured>> MeasurePipelineComputeScale(const PipelineProbeRequest& request, std::ostream& progress);
+
+}  // namespace gpipe
