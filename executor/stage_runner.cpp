@@ -61,7 +61,10 @@ double StageRunner::Now() const {
 }
 
 void StageRunner::BeginStep(const Batch& replica_batch, std::chrono::steady_clock::time_point step_start) {
-  batch_ = {replica_batch.input.to(config_.device), replica_batch.target.to(config_.device)};
+  // Only the first stage reads the inputs and only the last the targets: a rank holds neither
+  // unless it runs that stage (the memory model counts no batch on the others).
+  batch_ = {IsLocal(0) ? replica_batch.input.to(config_.device) : torch::Tensor(),
+            IsLocal(config_.num_stages - 1) ? replica_batch.target.to(config_.device) : torch::Tensor()};
   step_start_ = step_start;
   loss_sum_ = 0;
 }

@@ -40,8 +40,11 @@ struct StageCost {
   /// Transient bytes while a forward / a backward runs, on top of what the memory model holds
   /// (the largest over the stage's layers; a backward's includes the gradient passed between its
   /// layers). Freed when the action ends.
+  /// A full backward's: each layer's with the activations of the layers after it already freed.
   double forward_workspace_bytes = 0;
   double backward_workspace_bytes = 0;
+  /// The split backward's (I and W): the graph is kept until W, so nothing is freed meanwhile.
+  double split_backward_workspace_bytes = 0;
   /// Held from a micro-batch's input-gradient pass I until its weight-gradient pass W (split
   /// backwards only): the gradients I captured for W (the profile's weight_pass_bytes, summed).
   double weight_pass_bytes = 0;

@@ -60,8 +60,10 @@ void LayerTable::StageBuilder::Extend() {
   forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));
   if (end_ > first_) {
     const LayerProfile& before = table_->profile_->layers[end_ - 1];
-    inner_backward_workspace_ =
-        std::max(inner_backward_workspace_, last_backward_workspace_ + static_cast<double>(before.output_bytes));
+    const double inner = last_backward_workspace_ + static_cast<double>(before.output_bytes);
+    inner_backward_workspace_ = std::max(inner_backward_workspace_, inner);
+    // Every layer before this one runs its full backward after this one's activations are freed.
+    freed_inner_backward_workspace_ = std::max(freed_inner_backward_workspace_, inner) - static_cast<double>(layer.activation_bytes);
   }
   last_backward_workspace_ = static_cast<double>(layer.backward_workspace_bytes);
   ++end_;
@@ -84,7 +86,9 @@ StageCost LayerTable::StageBuilder::Cost(bool remat) const {
   c.sends_held = table_->sends_held_;
   if (table_->workspaces_) {
     c.forward_workspace_bytes = forward_workspace_ * table_->scale_;
-    c.backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
+    c.backward_workspace_bytes =
+        std::max({0.0, freed_inner_backward_workspace_, last_backward_workspace_}) * table_->scale_;
+    c.split_backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
   }
   return c;
 }

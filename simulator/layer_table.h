@@ -6,6 +6,7 @@
 //  - prefix sums give O(1) estimates for bounds (equal up to rounding).
 #pragma once
 
+#include <limits>
 #include <vector>
 
 #include "core/plan.h"
@@ -42,9 +43,12 @@ class LayerTable {
     int end_;
     double forward_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
     // Workspaces: the largest forward one; the largest backward one of the layers before the
-    // last, each with the gradient of its output held meanwhile; the last layer's.
+    // last, each with the gradient of its output held meanwhile; the last layer's. A full
+    // backward has freed the activations of the layers after each one by the time it runs
+    // (freed_inner_backward_workspace_ takes them off); a split one (I, W) keeps the graph.
     double weight_pass_ = 0;
     double forward_workspace_ = 0, inner_backward_workspace_ = 0, last_backward_workspace_ = 0;
+    double freed_inner_backward_workspace_ = -std::numeric_limits<double>::infinity();
   };
 
   // Prefix-sum estimates, for bounds.

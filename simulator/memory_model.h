@@ -31,7 +31,7 @@ namespace gpipe {
 /// (stash_bytes each), recomputed activations (activation_bytes each), gradient buffers
 /// (output_bytes each), input buffers (input_bytes each), sent tensors when held, what I leaves
 /// for W (weight_pass_bytes each), and workspaces
-/// (forward_workspace_bytes, backward_workspace_bytes each). The byte effect is the dot product;
+/// (forward_workspace_bytes, backward_workspace_bytes, split_backward_workspace_bytes each). The byte effect is the dot product;
 /// the planner keeps the counts to price many stages without walking the list again.
 struct MemoryCounts {
   int stash = 0;
@@ -43,9 +43,11 @@ struct MemoryCounts {
   int sent_inputs = 0;
   /// Micro-batches between their I and their W: what I captured for W (weight_pass_bytes).
   int weight_pending = 0;
-  /// Forward and backward workspaces (transient: each action frees its own at its end).
+  /// Forward, full backward and split backward (I, W) workspaces (transient: each action frees
+  /// its own at its end).
   int forward_workspaces = 0;
   int backward_workspaces = 0;
+  int split_backward_workspaces = 0;
   int in_flight = 0;
 };
 

@@ -220,6 +220,20 @@ TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
   EXPECT_EQ(table.Stage(2, 3, false).backward_workspace_bytes, 2 * 1200);
   EXPECT_EQ(table.Stage(0, 3, false).forward_workspace_bytes, 2 * 70);
   EXPECT_EQ(table.Stage(0, 1, false).forward_workspace_bytes, 0);
+  // The split backward (I, W) keeps the graph: the same figures.
+  EXPECT_EQ(table.Stage(0, 3, false).split_backward_workspace_bytes, 2 * 1250);
+  // A full backward has freed the activations of the layers after each one by the time that one
+  // runs: layer 0's 1100 with layers 1 and 2's 300 + 400 gone, layer 1's 1250 with layer 2's gone.
+  profile.layers[1].activation_bytes = 300;
+  profile.layers[2].activation_bytes = 400;
+  const LayerTable freed(profile, 2.0, Optimizer::kAdam);
+  EXPECT_EQ(freed.Stage(0, 3, false).backward_workspace_bytes, 2 * 1200);  // the last layer's, now the largest
+  EXPECT_EQ(freed.Stage(0, 2, false).backward_workspace_bytes, 2 * 1050);  // layer 0's 1100 - 300 < layer 1's
+  EXPECT_EQ(freed.Stage(0, 3, false).split_backward_workspace_bytes, 2 * 1250);
+  profile.layers[2].backward_workspace_bytes = 10;
+  profile.layers[1].backward_workspace_bytes = 10;
+  const LayerTable first_largest(profile, 2.0, Optimizer::kAdam);
+  EXPECT_EQ(first_largest.Stage(0, 3, false).backward_workspace_bytes, 2 * (1100 - 300 - 400));
 }
 
 TEST(Memory, StaticBytesFollowTheOptimizer) {
@@ -270,6 +284,7 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
               costs[s].forward_workspace_bytes = trial % 3 == 1 ? 300 + 5 * s : 0;
               costs[s].backward_workspace_bytes = trial % 4 >= 2 ? 2500 + 17 * s : 0;
               costs[s].weight_pass_bytes = trial % 5 >= 2 ? 800 + 3 * s : 0;
+              costs[s].split_backward_workspace_bytes = trial % 3 == 2 ? 2900 + 11 * s : 0;
             }
             const MemoryPeak walk = RankMemoryPeak(schedule, r, costs);
             std::vector<const StageCost*> mine;
