@@ -20,8 +20,9 @@ cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPIPE_WI
 cmake --build "$BUILD_DIR" --target gpipe-plan
 
 echo
-echo "== gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4,16,32 =="
-"$BUILD_DIR/gpipe-plan" profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4,16,32 \
+# --ranks-per-node 2: the main job's cluster is this machine's two ranks.
+echo "== gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4,16,32 --ranks-per-node 2 =="
+"$BUILD_DIR/gpipe-plan" profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4,16,32 --ranks-per-node 2 \
   -o "$BUILD_DIR/tiny-gpt-profile.json"
 echo
 echo "== gpipe-plan profile-links --ranks 2 =="
