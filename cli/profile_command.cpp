@@ -91,13 +91,15 @@ class ProfileCommand : public Command {
       probe.forward_overhead_ms = step_costs->forward_overhead_ms.median;
       probe.backward_overhead_ms = step_costs->backward_overhead_ms.median;
       probe.dir = output_path_ + ".pipeline-probe";
-      Expected<std::vector<Measured>> scales = MeasurePipelineComputeScale(probe, err);
-      if (!scales.ok()) return Fail(err, "profile", scales.status());
-      step_costs->compute_scale = *scales;
+      Expected<PipelineProbeResult> probed = MeasurePipelineComputeScale(probe, err);
+      if (!probed.ok()) return Fail(err, "profile", probed.status());
+      step_costs->compute_scale = probed->compute_scale;
+      step_costs->action_gap_ms = probed->action_gap_ms;
       step_costs->source += "; compute_scale: the model run as a pipeline of n ranks (1F1B, K x D = n, 2K micro-batches, " +
                             std::to_string(probe.rounds) + " runs of " + std::to_string(probe.steps) +
                             " steps, the fastest), its forward and backward actions less their overheads over the profile's "
-                            "times (compare/pipeline_probe.h)";
+                            "times (compare/pipeline_probe.h); action_gap_ms: the same run's time between actions per "
+                            "forward or backward action";
     }
     profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
@@ -118,6 +120,10 @@ class ProfileCommand : public Command {
                    costs.step_overhead_ms.spread);
     for (size_t n = 0; n < costs.compute_scale.size(); ++n) {
       out << Sprintf(" %zu: %.3f ±%.3f", n + 1, costs.compute_scale[n].median, costs.compute_scale[n].spread);
+    }
+    out << "\nbetween actions, per forward or backward, n ranks:";
+    for (size_t n = 0; n < costs.action_gap_ms.size(); ++n) {
+      out << Sprintf(" %zu: %.3f ±%.3f ms", n + 1, costs.action_gap_ms[n].median, costs.action_gap_ms[n].spread);
     }
     out << "\n";
   }

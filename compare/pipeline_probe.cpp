@@ -5,6 +5,7 @@
 #include <ostream>
 
 #include "compare/calibration_samples.h"
+#include "compare/compare.h"
 #include "compare/plan_runs.h"
 #include "core/text.h"
 
@@ -19,8 +20,14 @@ int StagesFor(int n, int layers) {
   return 1;
 }
 
-// One count's run: its factor (measured less overheads, over the profile's times).
-Expected<double> ScaleOfRun(const CalibrationRun& run, const PipelineProbeRequest& request) {
+struct RunFigures {
+  double scale = 0;
+  double gap_ms = 0;
+};
+
+// One count's run: its factor (measured less overheads, over the profile's times), and the time
+// its ranks lost between actions per forward and backward action.
+Expected<RunFigures> FiguresOfRun(const CalibrationRun& run, const PipelineProbeRequest& request) {
   CalibrationSamples samples;
   GPIPE_RETURN_IF_ERROR(GatherCalibrationSamples(run, samples));
   double measured = 0, base = 0;
@@ -29,17 +36,23 @@ Expected<double> ScaleOfRun(const CalibrationRun& run, const PipelineProbeReques
     base += s.base_ms;
   }
   if (base <= 0) return Status::Invalid("the run recorded no forward or backward with a profiled time");
-  return std::max(measured, 0.0) / base;
+  Expected<Comparison> compared = Compare(run.plan, run.record);
+  if (!compared.ok()) return compared.status();
+  double gaps = 0;
+  for (const RankComparison& rank : compared->ranks) gaps += rank.measured_gap_ms;
+  // Each pipeline rank holds one stage: a forward and a backward per micro-batch.
+  const double actions = 2.0 * run.plan.microbatches * static_cast<double>(compared->ranks.size());
+  return RunFigures{std::max(measured, 0.0) / base, gaps / actions};
 }
 
 }  // namespace
 
-Expected<std::vector<Measured>> MeasurePipelineComputeScale(const PipelineProbeRequest& request, std::ostream& progress) {
+Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeRequest& request, std::ostream& progress) {
   Profile profile = request.profile;
   profile.step_costs.reset();
   std::error_code ec;
   std::filesystem::create_directories(request.dir, ec);
-  std::vector<Measured> scales;
+  PipelineProbeResult result;
   std::vector<std::string> made;  // removed once every count is measured; kept to read on failure
   for (int n = 1; n <= request.max_ranks_per_node; ++n) {
     const int stages = StagesFor(n, profile.num_layers());
@@ -64,25 +77,31 @@ Expected<std::vector<Measured>> MeasurePipelineComputeScale(const PipelineProbeR
     Expected<std::string> plan_path = WritePlan(plan, stem);
     if (!plan_path.ok()) return plan_path.status().WithContext("planning the pipeline probe of " + what);
     made.push_back(*plan_path);
-    std::vector<double> rounds;
+    std::vector<RunFigures> rounds;
     for (int round = 0; round < request.rounds; ++round) {
       const std::string run_stem = stem + ".round" + std::to_string(round + 1);
       made.push_back(run_stem + ".run.json");
       made.push_back(run_stem + ".log");
       Expected<CalibrationRun> run = RunPlanHere(*plan_path, request.model_path, request.steps, run_stem, progress);
       if (!run.ok()) return run.status().WithContext("running the pipeline probe of " + what);
-      Expected<double> scale = ScaleOfRun(*run, request);
-      if (!scale.ok()) return scale.status().WithContext("the pipeline probe of " + what);
-      rounds.push_back(*scale);
+      Expected<RunFigures> figures = FiguresOfRun(*run, request);
+      if (!figures.ok()) return figures.status().WithContext("the pipeline probe of " + what);
+      rounds.push_back(*figures);
     }
-    const auto [low, high] = std::minmax_element(rounds.begin(), rounds.end());
-    scales.push_back({*low, (*high - *low) / 2});
-    progress << "  " << what << ": compute " << Format("%.3f", *low) << "x the profile\n";
+    // The fastest run's figures, the spread over the runs.
+    const auto by_scale = [](const RunFigures& a, const RunFigures& b) { return a.scale < b.scale; };
+    const auto by_gap = [](const RunFigures& a, const RunFigures& b) { return a.gap_ms < b.gap_ms; };
+    const auto [low, high] = std::minmax_element(rounds.begin(), rounds.end(), by_scale);
+    const auto [few, many] = std::minmax_element(rounds.begin(), rounds.end(), by_gap);
+    result.compute_scale.push_back({low->scale, (high->scale - low->scale) / 2});
+    result.action_gap_ms.push_back({low->gap_ms, (many->gap_ms - few->gap_ms) / 2});
+    progress << "  " << what << ": compute " << Format("%.3f", low->scale) << "x the profile, "
+             << Format("%.3f", low->gap_ms) << " ms between actions per forward or backward\n";
   }
   // File by file: std::filesystem::remove_all resolves to libtorch's copy, which crashes here.
   for (const std::string& path : made) std::filesystem::remove(path, ec);
   std::filesystem::remove(request.dir, ec);
-  return scales;
+  return result;
 }
 
 }  // namespace gpipe

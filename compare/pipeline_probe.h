@@ -10,7 +10,8 @@
 // The factor for n ranks is the sum over the run's (rank, op, stage) of the mean action time, less
 // the executor's per-action overheads the simulator adds on its own, over the profile's times for
 // them; of `rounds` runs the smallest is kept (a slow spell of a shared machine only slows a run),
-// with half the range as its spread. Count 1 is measured too: the executor's steady state against
+// with half the range as its spread; the time lost between actions, per forward and backward
+// action, comes from the same run. Count 1 is measured too: the executor's steady state against
 // the profiler's one-layer stages. Runs start this program: REQUIRES the caller is gpipe-plan.
 #pragma once
 
@@ -42,7 +43,15 @@ struct PipelineProbeRequest {
   std::string dir;
 };
 
-/// compute_scale[n - 1] for n = 1..max_ranks_per_node. Errors name the count and the run's log.
-Expected<std::vector<Measured>> MeasurePipelineComputeScale(const PipelineProbeRequest& request, std::ostream& progress);
+/// Per count n = 1..max_ranks_per_node (entry n - 1).
+struct PipelineProbeResult {
+  std::vector<Measured> compute_scale;
+  /// The time between actions (each rank's "between" of compare), over its forward and backward
+  /// actions: per action, from the same run.
+  std::vector<Measured> action_gap_ms;
+};
+
+/// Errors name the count and the run's log.
+Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeRequest& request, std::ostream& progress);
 
 }  // namespace gpipe

@@ -32,6 +32,14 @@ Calibration StepCosts::AsCalibration(const std::string& optimizer) const {
   c.step_overhead_ms = step_overhead_ms.median;
   c.forward_overhead_ms = {forward_overhead_ms.median};
   c.backward_overhead_ms = {backward_overhead_ms.median};
+  if (!action_gap_ms.empty()) {
+    c.forward_overhead_ms.clear();
+    c.backward_overhead_ms.clear();
+    for (const Measured& gap : action_gap_ms) {
+      c.forward_overhead_ms.push_back(forward_overhead_ms.median + gap.median);
+      c.backward_overhead_ms.push_back(backward_overhead_ms.median + gap.median);
+    }
+  }
   auto it = optimizer_ms_per_gib.find(optimizer == "adam-mixed" ? "adam" : optimizer);
   if (it != optimizer_ms_per_gib.end()) c.optimizer_ms_per_gib = it->second.median;
   c.sends_held = sends_held;
@@ -64,6 +72,13 @@ Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::str
           ReadMeasured((*scales)[i], r.Where("compute_scale") + "[" + std::to_string(i) + "]", &status, true));
     }
   }
+  if (r.Has("action_gap_ms")) {
+    const nlohmann::json* gaps = r.Array("action_gap_ms");
+    for (size_t i = 0; gaps != nullptr && i < gaps->size(); ++i) {
+      costs.action_gap_ms.push_back(
+          ReadMeasured((*gaps)[i], r.Where("action_gap_ms") + "[" + std::to_string(i) + "]", &status, false));
+    }
+  }
   costs.sends_held = r.OptionalBool("sends_held", false);
   costs.source = r.OptionalString("source", "");
   if (!r.status().ok()) return r.status();
@@ -82,6 +97,11 @@ nlohmann::json StepCostsToJson(const StepCosts& costs) {
                          {"backward_overhead_ms", MeasuredToJson(costs.backward_overhead_ms)},
                          {"compute_scale", scales},
                          {"sends_held", costs.sends_held}};
+  if (!costs.action_gap_ms.empty()) {
+    nlohmann::json gaps = nlohmann::json::array();
+    for (const Measured& m : costs.action_gap_ms) gaps.push_back(MeasuredToJson(m));
+    json["action_gap_ms"] = gaps;
+  }
   if (!costs.source.empty()) json["source"] = costs.source;
   return json;
 }

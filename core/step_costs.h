@@ -37,6 +37,10 @@ struct StepCosts {
   /// node, over the profile's layer times (compare/pipeline_probe.h; entry 0 is one rank's steady
   /// state against the profiler's one-layer stages).
   std::vector<Measured> compute_scale;
+  /// Entry n - 1: the time the executor loses between actions, per forward or backward action,
+  /// when n ranks of a pipeline share the node (the same probe; receives posted, sends reaped,
+  /// the wire's threads). Added to each forward and backward action's overhead.
+  std::vector<Measured> action_gap_ms;
   /// The executor's sends stay allocated until the step ends (Gloo on the CPU): memory counts them.
   bool sends_held = false;
   /// How it was measured, in words.

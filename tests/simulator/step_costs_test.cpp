@@ -50,6 +50,23 @@ TEST(StepCosts, RoundTripThroughTheProfileFile) {
   EXPECT_TRUE(back->step_costs->sends_held);
   EXPECT_EQ(back->step_costs->forward_overhead_ms.median, 0.02);
   EXPECT_EQ(back->step_costs->backward_overhead_ms.median, 0.03);
+  EXPECT_TRUE(back->step_costs->action_gap_ms.empty());
+}
+
+TEST(StepCosts, TheGapBetweenActionsJoinsEachActionsOverheadPerRanksOnANode) {
+  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  plan.profile.step_costs = Measured();
+  plan.profile.step_costs->action_gap_ms = {{0.1, 0.01}, {0.25, 0.02}};
+  const Expected<Profile> back = ProfileFromJson(ProfileToJson(plan.profile), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->step_costs->action_gap_ms.size(), 2u);
+  EXPECT_EQ(back->step_costs->action_gap_ms[1].median, 0.25);
+  // Two ranks on the node: each forward pays 0.02 + 0.25, each backward 0.03 + 0.25.
+  const CostModel costs = BuildCostModel(plan).value();
+  plan.profile.step_costs->action_gap_ms.clear();
+  const CostModel without = BuildCostModel(plan).value();
+  EXPECT_NEAR(costs.stages[0].forward_ms - without.stages[0].forward_ms, 0.25, 1e-12);
+  EXPECT_NEAR(costs.stages[1].backward_ms - without.stages[1].backward_ms, 0.25, 1e-12);
 }
 
 TEST(StepCosts, BadValuesNameTheField) {
