@@ -174,7 +174,9 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
         Expected<PartitionResult> early = FindBestPartition(stopped);
         ASSERT_TRUE(early.ok()) << early.status().message();
         EXPECT_LE(early->lower_bound_ms, brute.step * tolerance) << label;
-        if (early->plan) EXPECT_GE(early->step_time_ms, brute.step / tolerance) << label;
+        if (early->plan) {
+          EXPECT_GE(early->step_time_ms, brute.step / tolerance) << label;
+        }
         if (brute.step == kInf) {
           EXPECT_EQ(found->lower_bound_ms, kInf) << label;
         } else {
