@@ -215,10 +215,10 @@ class Search {
   double Cutoff() const { return best_ * (1.0 - kTieFraction); }
   // Once the budget or the time is spent, every loop stops: the result is the best plan so far.
   bool OutOfBudget() const { return result_.nodes >= p_.max_nodes || stopped_; }
-  // Counts a node; false when the budget or the time is spent (the clock is read every 256).
+  // Counts a node; false when the budget or the time is spent (time_up is asked every 256).
   bool CountNode() {
     ++result_.nodes;
-    if (result_.nodes % 256 == 0 && std::chrono::steady_clock::now() >= p_.deadline) stopped_ = true;
+    if (result_.nodes % 256 == 0 && p_.time_up && p_.time_up()) stopped_ = true;
     return result_.nodes <= p_.max_nodes && !stopped_;
   }
   void UseShape() {

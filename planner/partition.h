@@ -17,8 +17,8 @@
 // With `max_nodes` reached, the result says it is not proven optimal.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -54,8 +54,9 @@ struct PartitionProblem {
   /// Only plans faster than this are sought (the best of other configurations, when searching
   /// many); infinity to find the best at any speed.
   double cutoff_ms = std::numeric_limits<double>::infinity();
-  /// The search stops here as at its node budget (best plan so far, not proven optimal).
-  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  /// Polled every 256 nodes; once true, the search stops as at its node budget (best plan so
+  /// far, not proven optimal). Null: never.
+  std::function<bool()> time_up;
   /// Schedules' evaluators and memory frontiers shared with other searches of the same caller
   /// (not owned; null: the search builds its own).
   ShapeCache* shapes = nullptr;
@@ -69,7 +70,7 @@ struct PartitionResult {
   int64_t leaves = 0;
   /// False when the node budget or the deadline ran out before the search finished.
   bool proven_optimal = true;
-  /// True when it was the deadline.
+  /// True when it was `time_up`.
   bool stopped_by_deadline = false;
   /// No plan of the problem (fitting its memory) is faster than this: the step found when proven
   /// optimal (to within rounding), else the smaller of that step (or `cutoff_ms`) and the

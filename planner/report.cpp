@@ -38,6 +38,7 @@ std::string FormatGapLine(const SearchResult& result) {
   std::string line = "best step " + FormatMs(result.best->step_time_ms) + ", lower bound " +
                      FormatMs(result.lower_bound_ms) + " (no plan of the searched space is faster), gap " +
                      (result.gap == 0 ? std::string("0 (optimal)") : Format("%.2f%%", 100 * result.gap));
+  if (!result.lower_bound_at.empty()) line += "; the bound comes from " + result.lower_bound_at;
   if (result.stopped_by_gap) line += "; stopped once the gap was at most --gap";
   if (result.stopped_by_time) line += "; stopped at --time-limit";
   return line + "\n";
@@ -95,6 +96,7 @@ nlohmann::json PlanReportJson(const SearchResult& result) {
   json["prediction"]["unproven_configurations"] = result.unproven;
   json["prediction"]["lower_bound_ms"] = result.lower_bound_ms;
   json["prediction"]["gap"] = result.gap;
+  json["prediction"]["lower_bound_configuration"] = result.lower_bound_at;
   json["prediction"]["stopped_by_time"] = result.stopped_by_time;
   json["prediction"]["stopped_by_gap"] = result.stopped_by_gap;
   nlohmann::json alternatives = nlohmann::json::array();

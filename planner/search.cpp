@@ -54,6 +54,13 @@ double CheapBound(const PartitionProblem& problem) {
   return std::max(per_microbatch * problem.microbatches / problem.ranks, per_microbatch);
 }
 
+// "interleaved-1f1b K=8 v=2 D=1 M=64".
+std::string ConfigurationName(const PartitionProblem& problem) {
+  return std::string(ScheduleName(problem.schedule)) + " K=" + std::to_string(problem.ranks) +
+         (problem.chunks > 1 ? " v=" + std::to_string(problem.chunks) : std::string()) +
+         " D=" + std::to_string(problem.replicas) + " M=" + std::to_string(problem.microbatches);
+}
+
 }  // namespace
 
 double Gap(double best_ms, double lower_bound_ms) {
@@ -204,14 +211,21 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // Every configuration's share of the lower bound: what its search proved, or, while it waits in
   // the queue, its key. `done_bound` is the least over those no longer queued.
   double done_bound = kInfinity;
-  const auto now = std::chrono::steady_clock::now;
-  const auto deadline = std::isfinite(request.time_limit_s) && request.time_limit_s < 1e9
-                            ? now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                          std::chrono::duration<double>(request.time_limit_s))
-                            : std::chrono::steady_clock::time_point::max();
+  std::string done_bound_at;  // the configuration that holds it
+  const auto lower = [&](double bound, const PartitionProblem& problem, const std::string& how) {
+    if (bound >= done_bound) return;
+    done_bound = bound;
+    done_bound_at = ConfigurationName(problem) + how;
+  };
+  const std::function<double()> clock =
+      request.clock ? request.clock : [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      };
+  const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
+  const std::function<bool()> time_up = [&] { return std::isfinite(stop_at) && clock() >= stop_at; };
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
-    problem.deadline = deadline;
+    problem.time_up = time_up;
     problem.shapes = &shapes;
   }
 
@@ -234,7 +248,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       out.stopped_by_gap = true;
       break;
     }
-    if (now() >= deadline) {
+    if (time_up()) {
       out.stopped_by_time = true;
       break;
     }
@@ -259,7 +273,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       problem.max_nodes = 1;
       Expected<PartitionResult> seed = FindBestPartition(problem);
       if (seed.ok()) GPIPE_RETURN_IF_ERROR(keep(*seed));
-      done_bound = std::min(done_bound, entry.bound);
+      lower(entry.bound, problem, " (its lower bound)");
       ++out.skipped_by_bound;
       continue;
     }
@@ -268,15 +282,17 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     problem.cutoff_ms = best;
     Expected<PartitionResult> result = FindBestPartition(problem);
     ++out.searched;
-    if (!result.ok()) continue;  // a shape the schedule cannot take: no plans there
-    done_bound = std::min(done_bound, result->lower_bound_ms);
+    if (!result.ok()) {
+      // A shape the schedule cannot take has no plans; still, only its key is certain.
+      lower(entry.bound, problem, " (its search failed: " + result.status().message() + ")");
+      continue;
+    }
+    lower(result->lower_bound_ms, problem,
+          result->proven_optimal ? " (searched to the end)" : " (its root bound: its search stopped)");
     out.nodes += result->nodes;
     out.proven_optimal = out.proven_optimal && result->proven_optimal;
     if (!result->proven_optimal) {
-      out.unproven.push_back(std::string(ScheduleName(problem.schedule)) + " K=" + std::to_string(problem.ranks) +
-                             (problem.chunks > 1 ? " v=" + std::to_string(problem.chunks) : std::string()) +
-                             " D=" + std::to_string(problem.replicas) + " M=" + std::to_string(problem.microbatches) +
-                             (result->stopped_by_deadline ? " (time limit)" : ""));
+      out.unproven.push_back(ConfigurationName(problem) + (result->stopped_by_deadline ? " (time limit)" : ""));
     }
     GPIPE_RETURN_IF_ERROR(keep(*result));
   }
@@ -285,7 +301,13 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // kAlternatives has keys of at least best.
   out.lower_bound_ms = std::min({best, done_bound, queue.empty() ? kInfinity : queue.top().bound});
   out.gap = Gap(best, out.lower_bound_ms);
-  if (out.gap == 0) out.lower_bound_ms = best;
+  if (out.gap == 0) {
+    out.lower_bound_ms = best;
+  } else if (!queue.empty() && queue.top().bound < done_bound) {
+    out.lower_bound_at = ConfigurationName(problems[queue.top().index]) + " (not searched yet)";
+  } else {
+    out.lower_bound_at = done_bound_at;
+  }
   if (out.stopped_by_time || out.stopped_by_gap) out.proven_optimal = out.proven_optimal && out.gap == 0;
   found.erase(std::remove_if(found.begin(), found.end(),
                              [&](const Candidate& c) { return c.step_time_ms > best * kAlternatives; }),

@@ -40,6 +40,9 @@ struct SearchRequest {
   /// Wall-clock limit of the whole search in seconds: it stops with the best plan and the gap so
   /// far (infinity: none).
   double time_limit_s = std::numeric_limits<double>::infinity();
+  /// The clock time_limit_s is measured on, in seconds from any origin (null: the steady wall
+  /// clock; planner_bench passes the process's CPU time, so that its limits mean one core's).
+  std::function<double()> clock;
   /// Stop once the gap (see SearchResult) is at most this (0: search until every configuration
   /// is done, with the alternatives).
   double target_gap = 0;
@@ -78,6 +81,9 @@ struct SearchResult {
   /// proved (its optimum when searched to the end, its lower bound otherwise). Infinity when
   /// proven that nothing fits.
   double lower_bound_ms = 0;
+  /// The configuration whose bound is lower_bound_ms, and how it got it, e.g. "interleaved-1f1b
+  /// K=8 v=2 D=1 M=64 (its root bound: its search stopped)"; empty when the gap is 0.
+  std::string lower_bound_at;
   /// best step / lower_bound_ms - 1 (0: the best plan is optimal; infinity: no plan found).
   double gap = std::numeric_limits<double>::infinity();
   /// The search stopped at `time_limit_s` or at `target_gap` before it was done.
