@@ -27,8 +27,9 @@ def main():
         target = "proof" if parts[4] == "0" else f"{int(parts[4]) / 1e4:g}%"
         gap = run["gap"]
         gap_text = "no plan" if gap < 0 else f"{100 * gap:.2f}%"
+        step_text = "none found" if gap < 0 else f"{run['step_ms'] / 1e3:.3f} s"
         print(f"| {family} | {parts[2]} | {parts[3]} | {target} | {run['cpu_time'] / 1e3:.2f} s | {gap_text} | "
-              f"{'yes' if run['proven'] else 'no'} | {run['step_ms'] / 1e3:.3f} s | "
+              f"{'yes' if run['proven'] else 'no'} | {step_text} | "
               f"{run['lower_bound_ms'] / 1e3:.3f} s | {bound_from} |")
 
 
