@@ -132,7 +132,12 @@ class Search {
 
   // The relaxed bound minimized over all partitions (binary search on the cutoff).
   double RootBound() const {
-    if (p_.chunks > 1) return p_.microbatches * (total_forward_ + total_backward_) / p_.ranks;
+    if (p_.chunks > 1) {
+      // The work spread evenly, and the rank that holds the heaviest layer runs it M times.
+      double heaviest = 0;
+      for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, table_.ForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
+      return p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
+    }
     // lo fails: every partition has a relaxed bound of at least lo.
     const std::optional<Bracket> b = RelaxedThreshold();
     return b ? b->lo : kInfinity;

@@ -35,15 +35,19 @@ std::vector<int> Divisors(int64_t n) {
   return out;
 }
 
-// A lower bound on any plan of `problem`: the work of one step spread over all its ranks, and
-// one micro-batch's way through every layer and back. The layer times are the problem's own
-// profile's (measured at its micro-batch size when the profile has several), scaled as the cost
+// A lower bound on any plan of `problem`: the work of one step spread over all its ranks, one
+// micro-batch's way through every layer and back, and M times the heaviest layer (on whichever
+// rank holds it). The layer times are the problem's own profile's (measured at its micro-batch
+// size when the profile has several), scaled as the cost
 // model scales them (linearly in the samples, by the calibrated compute scale of the ranks that
 // share a node, which may be below 1); what the cost model adds (overheads, messages,
 // all-reduce) only lengthens the step.
 double CheapBound(const PartitionProblem& problem) {
-  double work = 0;
-  for (const LayerProfile& layer : problem.profile->layers) work += layer.forward_ms + layer.backward_ms;
+  double work = 0, heaviest = 0;
+  for (const LayerProfile& layer : problem.profile->layers) {
+    work += layer.forward_ms + layer.backward_ms;
+    heaviest = std::max(heaviest, layer.forward_ms + layer.backward_ms);
+  }
   double scale = static_cast<double>(problem.global_batch) /
                  (static_cast<double>(problem.replicas) * problem.microbatches) /
                  static_cast<double>(problem.profile->microbatch_size);
@@ -51,7 +55,9 @@ double CheapBound(const PartitionProblem& problem) {
       EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
   if (calibration) scale *= calibration->ComputeScale(RanksPerNode(*problem.cluster, problem.ranks * problem.replicas));
   const double per_microbatch = work * scale;
-  return std::max(per_microbatch * problem.microbatches / problem.ranks, per_microbatch);
+  // The rank that holds the heaviest layer runs its forward and backward M times.
+  return std::max({per_microbatch * problem.microbatches / problem.ranks, per_microbatch,
+                   heaviest * scale * problem.microbatches});
 }
 
 // "interleaved-1f1b K=8 v=2 D=1 M=64".
