@@ -1,5 +1,6 @@
 // gpipe-plan plan: the fastest plan that fits, with the alternatives and, when nothing fits, why.
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <optional>
 #include <ostream>
@@ -37,6 +38,11 @@ class PlanCommand : public Command {
     app.add_option("--placement", placement_, "Pin the placement: pipeline-major or replica-major");
     app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
     app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration (default 200000)");
+    app.add_option("--time-limit", time_limit_s_,
+                   "Stop after this many seconds with the best plan and its gap so far (default: none)");
+    app.add_option("--gap", gap_,
+                   "Stop once the best plan is within this fraction of the lower bound, e.g. 0.01 for 1% "
+                   "(default 0: search to the end)");
     app.add_option("-o,--output", output_path_, "Write the plan (gpipe-plan/1) to this file");
     app.add_flag("--json", json_, "Print the plan with its prediction as JSON instead of the table");
     pictures_.Add(app, "the best plan's simulated timeline");
@@ -49,6 +55,8 @@ class PlanCommand : public Command {
         "      --global-batch 512 --schedule 1f1b --stages 8 -o plan.json\n"
         "  gpipe-plan plan --profile profiles/tiny-gpt-cpu.json --cluster profiles/clusters/cpu-2.json --global-batch 64 \\\n"
         "      --stages 2 --microbatches 2 --schedule gpipe --memory 45MiB   # only stage 1 rematerializes\n"
+        "  gpipe-plan plan --profile P.json --cluster C.json --global-batch 512 --gap 0.01 --time-limit 10\n"
+        "      # stop within 1% of the lower bound, or after 10 s with the gap reached so far\n"
         "The plan written with -o runs through 'gpipe-plan simulate' as it is.");
   }
 
@@ -155,6 +163,16 @@ class PlanCommand : public Command {
     }
     if (max_nodes_ < 1) return Status::Invalid("--max-nodes: must be at least 1");
     request.max_nodes = max_nodes_;
+    if (time_limit_s_) {
+      if (!(*time_limit_s_ > 0) || !std::isfinite(*time_limit_s_)) {
+        return Status::Invalid("--time-limit: must be a number of seconds above 0, got " + std::to_string(*time_limit_s_));
+      }
+      request.time_limit_s = *time_limit_s_;
+    }
+    if (!(gap_ >= 0) || !std::isfinite(gap_)) {
+      return Status::Invalid("--gap: must be a fraction at least 0 (0.01 for 1%), got " + std::to_string(gap_));
+    }
+    request.target_gap = gap_;
     return request;
   }
 
@@ -162,6 +180,8 @@ class PlanCommand : public Command {
   PictureFlags pictures_;
   int64_t global_batch_ = 0;
   int64_t max_nodes_ = 200'000;
+  std::optional<double> time_limit_s_;
+  double gap_ = 0;
   std::optional<int> devices_, stages_, replicas_, microbatches_, chunks_;
   std::optional<std::string> memory_, schedule_, placement_, optimizer_;
   bool json_ = false;

@@ -1,21 +1,19 @@
 #include "planner/partition.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "core/schedule/generators.h"
-#include "core/schedule/lower.h"
 #include "core/suggest.h"
 #include "simulator/cost_model.h"
 #include "simulator/layer_table.h"
 #include "simulator/memory_model.h"
 #include "simulator/step_evaluator.h"
+#include "planner/shape_cache.h"
 
 namespace gpipe {
 namespace {
@@ -62,33 +60,30 @@ int LargestTrue(int lo, int hi, int guess, const Fits& fits) {
 constexpr NameTable<RematPolicy, 3> kRematNames = {{
     {RematPolicy::kOff, "off"}, {RematPolicy::kOn, "on"}, {RematPolicy::kAuto, "auto"}}};
 
-// What depends only on a schedule's shape (kind, K, v, M), shared by configurations that differ
-// in replicas, placement or memory: the step evaluator and the ranks' memory frontiers.
-struct ShapeData {
-  std::unique_ptr<StepEvaluator> evaluator;
-  // frontiers[rank], built when first needed.
-  std::vector<std::unique_ptr<MemoryFrontier>> frontiers;
-};
+// Whether `policy` allows a stage with (`remat` true) or without remat.
+bool Allows(RematPolicy policy, bool remat) {
+  return remat ? policy != RematPolicy::kOff : policy != RematPolicy::kOn;
+}
 
-// The ShapeData of `problem`'s shape, from a small cache (the planner asks for the same shapes
-// again and again while it searches replicas and placements).
-ShapeData& ShapeFor(const PartitionProblem& problem) {
-  using Key = std::array<int, 4>;
-  static std::map<Key, std::unique_ptr<ShapeData>> cache;
-  const Key key = {static_cast<int>(problem.schedule), problem.ranks, problem.chunks, problem.microbatches};
-  std::unique_ptr<ShapeData>& entry = cache[key];
-  if (!entry) {
-    if (cache.size() > 1024) {
-      cache.clear();
-      return ShapeFor(problem);
-    }
-    entry = std::make_unique<ShapeData>();
-    const Schedule compute =
-        *GenerateSchedule(problem.schedule, problem.ranks, problem.ranks * problem.chunks, problem.microbatches);
-    entry->evaluator = std::make_unique<StepEvaluator>(AddCommunication(compute));
-    entry->frontiers.resize(problem.ranks);
+// The bracket [lo, hi] of the threshold of a predicate false below it and true from it on,
+// `passes(x)` monotone in x >= 0: 60 bisection steps from [0, hi0], hi0 doubled from `start`
+// until it passes. lo fails (or is 0); hi passes. nullopt when nothing up to 1e30 passes.
+struct Bracket {
+  double lo, hi;
+};
+template <typename Passes>
+std::optional<Bracket> Threshold(double start, const Passes& passes) {
+  double lo = 0, hi = start;
+  while (!passes(hi)) {
+    lo = hi;
+    hi *= 2;
+    if (hi > 1e30) return std::nullopt;
   }
-  return *entry;
+  for (int i = 0; i < 60; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    if (passes(mid)) hi = mid; else lo = mid;
+  }
+  return Bracket{lo, hi};
 }
 
 class Search {
@@ -137,24 +132,20 @@ class Search {
 
   // The relaxed bound minimized over all partitions (binary search on the cutoff).
   double RootBound() const {
-    if (p_.chunks > 1) return p_.microbatches * (total_forward_ + total_backward_) / p_.ranks;
-    double hi = 1;
-    while (!RemainderFits(0, 0, 0, 0, hi, nullptr)) {
-      hi *= 2;
-      if (hi > 1e30) return kInfinity;
+    if (p_.chunks > 1) {
+      // The work spread evenly, and the rank that holds the heaviest layer runs it M times.
+      double heaviest = 0;
+      for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, table_.ForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
+      return p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
     }
-    double lo = 0;
-    for (int i = 0; i < 60; ++i) {
-      const double mid = 0.5 * (lo + hi);
-      if (RemainderFits(0, 0, 0, 0, mid, nullptr)) hi = mid; else lo = mid;
-    }
-    return lo;
+    // lo fails: every partition has a relaxed bound of at least lo.
+    const std::optional<Bracket> b = RelaxedThreshold();
+    return b ? b->lo : kInfinity;
   }
 
   // REQUIRES: as Run, and one stage per rank.
   LeastMemoryResult LeastMemory() {
-    shape_ = &ShapeFor(p_);
-    evaluator_ = shape_->evaluator.get();
+    UseShape();
     const int ranks = p_.ranks;
     // need[q][a]: the least largest peak of ranks q.. holding layers [a, L); end/remat: the
     // stage of rank q that achieves it.
@@ -174,7 +165,7 @@ class Search {
           const double rest = need[q + 1][e];
           if (rest >= need[q][a]) continue;
           for (bool with_remat : {false, true}) {
-            if (with_remat ? p_.remat == RematPolicy::kOff : p_.remat == RematPolicy::kOn) continue;
+            if (!Allows(p_.remat, with_remat)) continue;
             const StageCost c = builder.Cost(with_remat);
             const StageCost* const only = &c;
             const double peak = std::max(rest, c.static_bytes + Peak(q, &only));
@@ -198,10 +189,10 @@ class Search {
   }
 
   // REQUIRES: the problem passed CheckProblem and its schedule generates.
-  PartitionResult Run() {
-    shape_ = &ShapeFor(p_);
-    evaluator_ = shape_->evaluator.get();
+  Expected<PartitionResult> Run() {
+    UseShape();
     best_ = p_.cutoff_ms;
+    const double root = RootBound();
     if (p_.chunks == 1) {
       SeedIncumbent();
       Dfs(0, 0, 0.0, 0.0, 0.0);
@@ -209,7 +200,15 @@ class Search {
       SeedInterleaved();
       InterleavedDfs(0, 0);
     }
+    if (!leaf_error_.ok()) return leaf_error_;
     result_.proven_optimal = !OutOfBudget();
+    result_.stopped_by_deadline = stopped_;
+    if (result_.proven_optimal) {
+      // Every pruned node's bound reached Cutoff(); the plan found ties the rest.
+      result_.lower_bound_ms = result_.plan ? best_ : Cutoff();
+    } else {
+      result_.lower_bound_ms = std::min(result_.plan ? best_ : Cutoff(), root);
+    }
     return std::move(result_);
   }
 
@@ -219,8 +218,18 @@ class Search {
   double Limit() const { return p_.memory_limit_bytes; }
   int Device(int replica, int rank) const { return DeviceOf(p_.placement, p_.ranks, p_.replicas, replica, rank); }
   double Cutoff() const { return best_ * (1.0 - kTieFraction); }
-  // Once the budget is spent, every loop stops: the result is the best plan so far.
-  bool OutOfBudget() const { return result_.nodes >= p_.max_nodes; }
+  // Once the budget or the time is spent, every loop stops: the result is the best plan so far.
+  bool OutOfBudget() const { return result_.nodes >= p_.max_nodes || stopped_; }
+  // Counts a node; false when the budget or the time is spent (time_up is asked every 256).
+  bool CountNode() {
+    ++result_.nodes;
+    if (result_.nodes % 256 == 0 && p_.time_up && p_.time_up()) stopped_ = true;
+    return result_.nodes <= p_.max_nodes && !stopped_;
+  }
+  void UseShape() {
+    shape_ = &(p_.shapes != nullptr ? *p_.shapes : own_shapes_).For(p_.schedule, p_.ranks, p_.chunks, p_.microbatches);
+    evaluator_ = &shape_->evaluator();
+  }
   // What rank `rank` does after its last action when it holds `param_bytes` of parameters: its
   // all-reduce, then its calibrated tail.
   double AfterLastActionMs(int rank, double param_bytes) const {
@@ -229,9 +238,7 @@ class Search {
   }
   // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
   double Peak(int rank, const StageCost* const* costs) const {
-    std::unique_ptr<MemoryFrontier>& frontier = shape_->frontiers[rank];
-    if (!frontier) frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank);
-    return frontier->PeakDynamicBytes(costs);
+    return shape_->Frontier(rank).PeakDynamicBytes(costs);
   }
 
   // Simulates a complete partition and keeps it when it is the best so far.
@@ -246,7 +253,11 @@ class Search {
       first = ends_[s];
     }
     Expected<CostModel> costs = BuildCostModel(plan);
-    if (!costs.ok()) return;
+    if (!costs.ok()) {
+      // The search builds only valid plans: an error here is a bug, reported rather than lost.
+      if (leaf_error_.ok()) leaf_error_ = costs.status().WithContext("the partition search's plan");
+      return;
+    }
     const double step = evaluator_->StepTimeMs(*costs);
     if (step < best_) {
       // Every stage was admitted by its memory frontier; confirm with the simulator's own walk
@@ -265,7 +276,7 @@ class Search {
   // The cheapest remat choice that fits rank q, or nullopt.
   std::optional<StageCost> Fit(int q, const LayerTable::StageBuilder& builder) const {
     for (bool remat : {false, true}) {
-      if (remat ? p_.remat == RematPolicy::kOff : p_.remat == RematPolicy::kOn) continue;
+      if (!Allows(p_.remat, remat)) continue;
       StageCost c = builder.Cost(remat);
       const StageCost* const only = &c;
       if (c.static_bytes + Peak(q, &only) <= Limit()) return c;
@@ -355,16 +366,9 @@ class Search {
   // cutoff), simulated.
   void SeedIncumbent() {
     std::vector<int> ends(p_.ranks);
-    double lo = 0, hi = 1;
-    while (!RemainderFits(0, 0, 0, 0, hi, &ends)) {
-      hi *= 2;
-      if (hi > 1e30) return;  // nothing fits even relaxed
-    }
-    for (int i = 0; i < 60; ++i) {
-      const double mid = 0.5 * (lo + hi);
-      if (RemainderFits(0, 0, 0, 0, mid, nullptr)) hi = mid; else lo = mid;
-    }
-    RemainderFits(0, 0, 0, 0, hi, &ends);
+    const std::optional<Bracket> b = RelaxedThreshold();
+    if (!b) return;  // nothing fits even relaxed
+    RemainderFits(0, 0, 0, 0, b->hi, &ends);
     int a = 0;
     for (int q = 0; q < p_.ranks; ++q) {
       LayerTable::StageBuilder builder(table_, a);
@@ -378,8 +382,13 @@ class Search {
     Leaf();
   }
 
+  // The smallest cutoff below which some partition's relaxed bounds all fall.
+  std::optional<Bracket> RelaxedThreshold() const {
+    return Threshold(1.0, [&](double cutoff) { return RemainderFits(0, 0, 0, 0, cutoff, nullptr); });
+  }
+
   void Dfs(int q, int a, double head, double tail, double bound) {
-    if (++result_.nodes > p_.max_nodes) return;
+    if (!CountNode()) return;
     const bool last = q == p_.ranks - 1;
     const int max_end = layers_ - (p_.ranks - 1 - q);
     LayerTable::StageBuilder builder(table_, a);
@@ -447,7 +456,7 @@ class Search {
   // some moment (stashed, or recomputed under remat), so a rank whose placed chunks already
   // exceed the limit that way is abandoned.
   void InterleavedDfs(int s, int a) {
-    if (++result_.nodes > p_.max_nodes) return;
+    if (!CountNode()) return;
     const int rank = s % p_.ranks;
     const bool last = s == stages_ - 1;
     const int max_end = layers_ - (stages_ - 1 - s);
@@ -502,13 +511,9 @@ class Search {
       }
       return true;
     };
-    double lo = 0, hi = total_forward_ + total_backward_;
-    for (int i = 0; i < 60; ++i) {
-      const double mid = 0.5 * (lo + hi);
-      if (split(mid, nullptr)) hi = mid; else lo = mid;
-    }
+    const std::optional<Bracket> b = Threshold(total_forward_ + total_backward_, [&](double cap) { return split(cap, nullptr); });
     std::vector<int> ends(stages_);
-    if (!split(hi, &ends)) return;
+    if (!b || !split(b->hi, &ends)) return;
     ends_ = ends;
     for (int r = 0; r < p_.ranks; ++r) CompleteRank(r, stages_ - p_.ranks + r, false, /*seed=*/true);
     Leaf();
@@ -522,8 +527,9 @@ class Search {
     for (int t = 1; t <= s; ++t) firsts[t] = ends_[t - 1];
     std::vector<int> fitting;
     for (int mask = 0; mask < (1 << p_.chunks); ++mask) {
-      if (p_.remat == RematPolicy::kOff && mask != 0) continue;
-      if (p_.remat == RematPolicy::kOn && mask != (1 << p_.chunks) - 1) continue;
+      // off: no chunk rematerializes; on: every chunk; auto: any set.
+      const int all = (1 << p_.chunks) - 1;
+      if (p_.remat != RematPolicy::kAuto && mask != (p_.remat == RematPolicy::kOn ? all : 0)) continue;
       bool has_fitting_subset = false;
       for (int other : fitting) has_fitting_subset = has_fitting_subset || (other & mask) == other;
       if (has_fitting_subset) continue;
@@ -554,9 +560,12 @@ class Search {
   std::optional<Calibration> calibration_;  // the cluster's, or the profile's measured step costs
   LayerTable table_;
   Plan skeleton_;
-  // Set by Run (bounds need no schedule).
+  // Set by UseShape (bounds need no schedule); own_shapes_ serves when the problem brings none.
+  ShapeCache own_shapes_;
   ShapeData* shape_ = nullptr;
-  StepEvaluator* evaluator_ = nullptr;
+  const StepEvaluator* evaluator_ = nullptr;
+  bool stopped_ = false;   // the deadline passed
+  Status leaf_error_ = Status::Ok();
   int layers_;
   int stages_;
   bool split_;

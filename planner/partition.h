@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <string>
@@ -26,6 +27,8 @@
 #include "core/status.h"
 
 namespace gpipe {
+
+class ShapeCache;
 
 enum class RematPolicy { kOff, kOn, kAuto };
 const char* RematPolicyName(RematPolicy policy);
@@ -51,6 +54,12 @@ struct PartitionProblem {
   /// Only plans faster than this are sought (the best of other configurations, when searching
   /// many); infinity to find the best at any speed.
   double cutoff_ms = std::numeric_limits<double>::infinity();
+  /// Polled every 256 nodes; once true, the search stops as at its node budget (best plan so
+  /// far, not proven optimal). Null: never.
+  std::function<bool()> time_up;
+  /// Schedules' evaluators and memory frontiers shared with other searches of the same caller
+  /// (not owned; null: the search builds its own).
+  ShapeCache* shapes = nullptr;
 };
 
 struct PartitionResult {
@@ -59,8 +68,14 @@ struct PartitionResult {
   double step_time_ms = 0;
   int64_t nodes = 0;
   int64_t leaves = 0;
-  /// False when the node budget ran out before the search finished.
+  /// False when the node budget or the deadline ran out before the search finished.
   bool proven_optimal = true;
+  /// True when it was `time_up`.
+  bool stopped_by_deadline = false;
+  /// No plan of the problem (fitting its memory) is faster than this: the step found when proven
+  /// optimal (to within rounding), else the smaller of that step (or `cutoff_ms`) and the
+  /// root's lower bound. Infinity when proven that nothing fits.
+  double lower_bound_ms = 0;
 };
 
 /// The partition (and per-stage remat, as `problem.remat` allows) whose largest per-rank memory

@@ -33,6 +33,17 @@ SimResult Simulated(const Plan& plan, CostModel* costs) {
   return *Simulate(*BuildSchedule(plan), *costs);
 }
 
+// "best step 30.59 s, lower bound 30.41 s, gap 0.59% (stopped at --gap 1%)".
+std::string FormatGapLine(const SearchResult& result) {
+  std::string line = "best step " + FormatMs(result.best->step_time_ms) + ", lower bound " +
+                     FormatMs(result.lower_bound_ms) + " (no plan of the searched space is faster), gap " +
+                     (result.gap == 0 ? std::string("0 (optimal)") : Format("%.2f%%", 100 * result.gap));
+  if (!result.lower_bound_at.empty()) line += "; the bound comes from " + result.lower_bound_at;
+  if (result.stopped_by_gap) line += "; stopped once the gap was at most --gap";
+  if (result.stopped_by_time) line += "; stopped at --time-limit";
+  return line + "\n";
+}
+
 }  // namespace
 
 std::string FormatPlanReport(const SearchRequest& request, const SearchResult& result, double seconds) {
@@ -44,7 +55,8 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
           : result.proven_optimal     ? "the best plan is proven optimal"
                                       : "optimality is not proven") +
          "\n";
-  if (!result.proven_optimal) {
+  if (result.best) out += FormatGapLine(result);
+  if (!result.proven_optimal && !result.unproven.empty()) {
     out += std::to_string(result.unproven.size()) + " configuration searches stopped at their node budget (--max-nodes; "
            "interleaved ones get a hundredth of it) and may hide a faster plan:";
     for (size_t i = 0; i < result.unproven.size() && i < 6; ++i) out += (i ? ", " : " ") + result.unproven[i];
@@ -82,6 +94,11 @@ nlohmann::json PlanReportJson(const SearchResult& result) {
   json["prediction"] = SimResultToJson(best.plan, sim);
   json["prediction"]["proven_optimal"] = result.proven_optimal;
   json["prediction"]["unproven_configurations"] = result.unproven;
+  json["prediction"]["lower_bound_ms"] = result.lower_bound_ms;
+  json["prediction"]["gap"] = result.gap;
+  json["prediction"]["lower_bound_configuration"] = result.lower_bound_at;
+  json["prediction"]["stopped_by_time"] = result.stopped_by_time;
+  json["prediction"]["stopped_by_gap"] = result.stopped_by_gap;
   nlohmann::json alternatives = nlohmann::json::array();
   for (const Candidate& c : result.pareto) {
     alternatives.push_back({{"schedule", ScheduleName(c.plan.schedule)},

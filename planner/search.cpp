@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/schedule/validate.h"
+#include "planner/shape_cache.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
 
@@ -34,17 +35,46 @@ std::vector<int> Divisors(int64_t n) {
   return out;
 }
 
-// A lower bound on any plan of `problem`: the work of one step spread over all its ranks, and
-// one micro-batch's way through every layer and back.
-double CheapBound(const PartitionProblem& problem, double forward_ms, double backward_ms) {
-  const double scale = static_cast<double>(problem.global_batch) /
-                       (static_cast<double>(problem.replicas) * problem.microbatches) /
-                       static_cast<double>(problem.profile->microbatch_size);
-  const double per_microbatch = (forward_ms + backward_ms) * scale;
-  return std::max(per_microbatch * problem.microbatches / problem.ranks, per_microbatch);
+// A lower bound on any plan of `problem`: the work of one step spread over all its ranks, one
+// micro-batch's way through every layer and back, and M times the heaviest layer (on whichever
+// rank holds it). The layer times are the problem's own profile's (measured at its micro-batch
+// size when the profile has several), scaled as the cost
+// model scales them (linearly in the samples, by the calibrated compute scale of the ranks that
+// share a node, which may be below 1); what the cost model adds (overheads, messages,
+// all-reduce) only lengthens the step.
+double CheapBound(const PartitionProblem& problem) {
+  double work = 0, heaviest = 0;
+  for (const LayerProfile& layer : problem.profile->layers) {
+    work += layer.forward_ms + layer.backward_ms;
+    heaviest = std::max(heaviest, layer.forward_ms + layer.backward_ms);
+  }
+  double scale = static_cast<double>(problem.global_batch) /
+                 (static_cast<double>(problem.replicas) * problem.microbatches) /
+                 static_cast<double>(problem.profile->microbatch_size);
+  const std::optional<Calibration> calibration =
+      EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
+  if (calibration) scale *= calibration->ComputeScale(RanksPerNode(*problem.cluster, problem.ranks * problem.replicas));
+  const double per_microbatch = work * scale;
+  // The rank that holds the heaviest layer runs its forward and backward M times.
+  return std::max({per_microbatch * problem.microbatches / problem.ranks, per_microbatch,
+                   heaviest * scale * problem.microbatches});
+}
+
+// "interleaved-1f1b K=8 v=2 D=1 M=64".
+std::string ConfigurationName(const PartitionProblem& problem) {
+  return std::string(ScheduleName(problem.schedule)) + " K=" + std::to_string(problem.ranks) +
+         (problem.chunks > 1 ? " v=" + std::to_string(problem.chunks) : std::string()) +
+         " D=" + std::to_string(problem.replicas) + " M=" + std::to_string(problem.microbatches);
 }
 
 }  // namespace
+
+double Gap(double best_ms, double lower_bound_ms) {
+  if (!std::isfinite(best_ms)) return kInfinity;
+  // Bounds and steps are sums in different orders: a relative difference of 1e-9 is rounding.
+  if (best_ms <= lower_bound_ms * (1 + 1e-9)) return 0.0;
+  return lower_bound_ms > 0 ? best_ms / lower_bound_ms - 1.0 : kInfinity;
+}
 
 std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::map<int64_t, Profile>* sized_profiles) {
   std::vector<PartitionProblem> problems;
@@ -168,11 +198,6 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     return Status::Invalid("no configuration satisfies the pinned dimensions (interleaved-1f1b needs K >= 2, M a "
                            "multiple of K and at least 2K layers; M must divide the batch per replica)");
   }
-  double forward = 0, backward = 0;
-  for (const LayerProfile& layer : request.profile.layers) {
-    forward += layer.forward_ms;
-    backward += layer.backward_ms;
-  }
   // Best-first over the configurations: each is queued under its cheap bound; popped, it gets
   // its partition's lower bound and is queued again under that; popped again, it is searched.
   // Both keys are lower bounds, so the configurations most likely to win are searched first (the
@@ -187,7 +212,28 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-  for (size_t i = 0; i < problems.size(); ++i) queue.push({CheapBound(problems[i], forward, backward), false, i});
+  for (size_t i = 0; i < problems.size(); ++i) queue.push({CheapBound(problems[i]), false, i});
+
+  // Every configuration's share of the lower bound: what its search proved, or, while it waits in
+  // the queue, its key. `done_bound` is the least over those no longer queued.
+  double done_bound = kInfinity;
+  std::string done_bound_at;  // the configuration that holds it
+  const auto lower = [&](double bound, const PartitionProblem& problem, const std::string& how) {
+    if (bound >= done_bound) return;
+    done_bound = bound;
+    done_bound_at = ConfigurationName(problem) + how;
+  };
+  const std::function<double()> clock =
+      request.clock ? request.clock : [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      };
+  const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
+  const std::function<bool()> time_up = [&] { return std::isfinite(stop_at) && clock() >= stop_at; };
+  ShapeCache shapes;
+  for (PartitionProblem& problem : problems) {
+    problem.time_up = time_up;
+    problem.shapes = &shapes;
+  }
 
   SearchResult out;
   out.configurations = problems.size();
@@ -204,6 +250,14 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   auto last_report = std::chrono::steady_clock::now();
   while (!queue.empty()) {
     const Entry entry = queue.top();
+    if (request.target_gap > 0 && Gap(best, std::min(done_bound, entry.bound)) <= request.target_gap) {
+      out.stopped_by_gap = true;
+      break;
+    }
+    if (time_up()) {
+      out.stopped_by_time = true;
+      break;
+    }
     queue.pop();
     PartitionProblem& problem = problems[entry.index];
     if (request.progress && std::chrono::steady_clock::now() - last_report > std::chrono::milliseconds(500)) {
@@ -212,6 +266,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
     if (entry.bound >= best * kAlternatives) {
       out.skipped_by_bound += queue.size() + 1;
+      queue = {};  // none can beat the best
       break;
     }
     if (!entry.partition_bound) {
@@ -224,6 +279,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       problem.max_nodes = 1;
       Expected<PartitionResult> seed = FindBestPartition(problem);
       if (seed.ok()) GPIPE_RETURN_IF_ERROR(keep(*seed));
+      lower(entry.bound, problem, " (its lower bound)");
       ++out.skipped_by_bound;
       continue;
     }
@@ -232,17 +288,33 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     problem.cutoff_ms = best;
     Expected<PartitionResult> result = FindBestPartition(problem);
     ++out.searched;
-    if (!result.ok()) continue;
+    if (!result.ok()) {
+      // A shape the schedule cannot take has no plans; still, only its key is certain.
+      lower(entry.bound, problem, " (its search failed: " + result.status().message() + ")");
+      continue;
+    }
+    lower(result->lower_bound_ms, problem,
+          result->proven_optimal ? " (searched to the end)" : " (its root bound: its search stopped)");
     out.nodes += result->nodes;
     out.proven_optimal = out.proven_optimal && result->proven_optimal;
     if (!result->proven_optimal) {
-      out.unproven.push_back(std::string(ScheduleName(problem.schedule)) + " K=" + std::to_string(problem.ranks) +
-                             (problem.chunks > 1 ? " v=" + std::to_string(problem.chunks) : std::string()) +
-                             " D=" + std::to_string(problem.replicas) + " M=" + std::to_string(problem.microbatches));
+      out.unproven.push_back(ConfigurationName(problem) + (result->stopped_by_deadline ? " (time limit)" : ""));
     }
     GPIPE_RETURN_IF_ERROR(keep(*result));
   }
   if (request.progress) request.progress(problems.size(), problems.size(), best);
+  // What is still queued (stopped early) counts with its key; what was ruled out by
+  // kAlternatives has keys of at least best.
+  out.lower_bound_ms = std::min({best, done_bound, queue.empty() ? kInfinity : queue.top().bound});
+  out.gap = Gap(best, out.lower_bound_ms);
+  if (out.gap == 0) {
+    out.lower_bound_ms = best;
+  } else if (!queue.empty() && queue.top().bound < done_bound) {
+    out.lower_bound_at = ConfigurationName(problems[queue.top().index]) + " (not searched yet)";
+  } else {
+    out.lower_bound_at = done_bound_at;
+  }
+  if (out.stopped_by_time || out.stopped_by_gap) out.proven_optimal = out.proven_optimal && out.gap == 0;
   found.erase(std::remove_if(found.begin(), found.end(),
                              [&](const Candidate& c) { return c.step_time_ms > best * kAlternatives; }),
               found.end());

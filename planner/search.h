@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -36,6 +37,15 @@ struct SearchRequest {
   Optimizer optimizer = Optimizer::kAdam;
   /// Per configuration, the partition search's node budget.
   int64_t max_nodes = 200'000;
+  /// Wall-clock limit of the whole search in seconds: it stops with the best plan and the gap so
+  /// far (infinity: none).
+  double time_limit_s = std::numeric_limits<double>::infinity();
+  /// The clock time_limit_s is measured on, in seconds from any origin (null: the steady wall
+  /// clock; planner_bench passes the process's CPU time, so that its limits mean one core's).
+  std::function<double()> clock;
+  /// Stop once the gap (see SearchResult) is at most this (0: search until every configuration
+  /// is done, with the alternatives).
+  double target_gap = 0;
   /// Called now and then with (configurations done, configurations in all, best step so far).
   std::function<void(size_t, size_t, double)> progress;
 };
@@ -66,7 +76,23 @@ struct SearchResult {
   /// The configurations whose search stopped at its budget, e.g. "interleaved-1f1b K=8 v=2
   /// D=1 M=64" (their best plans are kept, but a faster plan may exist there).
   std::vector<std::string> unproven;
+  /// No plan of the searched space (every configuration, partition and remat choice that fits)
+  /// has a shorter simulated step than this: the minimum over the configurations of what each
+  /// proved (its optimum when searched to the end, its lower bound otherwise). Infinity when
+  /// proven that nothing fits.
+  double lower_bound_ms = 0;
+  /// The configuration whose bound is lower_bound_ms, and how it got it, e.g. "interleaved-1f1b
+  /// K=8 v=2 D=1 M=64 (its root bound: its search stopped)"; empty when the gap is 0.
+  std::string lower_bound_at;
+  /// best step / lower_bound_ms - 1 (0: the best plan is optimal; infinity: no plan found).
+  double gap = std::numeric_limits<double>::infinity();
+  /// The search stopped at `time_limit_s` or at `target_gap` before it was done.
+  bool stopped_by_time = false;
+  bool stopped_by_gap = false;
 };
+
+/// best / lower_bound - 1, as SearchResult::gap (0 when they agree to 1e-9, infinity when best is).
+double Gap(double best_ms, double lower_bound_ms);
 
 /// Checks the request (batch, pins against the cluster and the profile) and searches.
 Expected<SearchResult> SearchPlans(const SearchRequest& request);

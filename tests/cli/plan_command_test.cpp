@@ -65,7 +65,24 @@ TEST(PlanCommand, JsonHasThePredictionAndTheAlternatives) {
   EXPECT_GT(j["prediction"]["step_time_ms"].get<double>(), 0);
   EXPECT_GT(j["prediction"]["throughput_samples_per_s"].get<double>(), 0);
   EXPECT_TRUE(j["prediction"]["proven_optimal"].get<bool>());
+  // Proven: the lower bound is the step itself, gap 0.
+  EXPECT_EQ(j["prediction"]["lower_bound_ms"], j["prediction"]["step_time_ms"]);
+  EXPECT_EQ(j["prediction"]["gap"].get<double>(), 0.0);
   EXPECT_FALSE(j["alternatives"].empty());
+}
+
+TEST(PlanCommand, ReportsTheGapAndTakesTimeAndGapLimits) {
+  const Outcome o = Cli(Tiny({"--time-limit", "60", "--gap", "0.5"}));
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  for (const char* words : {"best step", "lower bound", ", gap "}) {
+    EXPECT_NE(o.out.find(words), std::string::npos) << words << "\n" << o.out;
+  }
+  const Outcome negative = Cli(Tiny({"--gap", "-1"}));
+  EXPECT_NE(negative.code, kExitOk);
+  EXPECT_NE(negative.err.find("--gap: must be a fraction at least 0"), std::string::npos) << negative.err;
+  const Outcome zero = Cli(Tiny({"--time-limit", "0"}));
+  EXPECT_NE(zero.code, kExitOk);
+  EXPECT_NE(zero.err.find("--time-limit: must be a number of seconds above 0"), std::string::npos) << zero.err;
 }
 
 TEST(PlanCommand, TightMemoryTurnsOnRematWhereNeeded) {

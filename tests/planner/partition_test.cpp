@@ -115,7 +115,7 @@ BruteForce Enumerate(const Plan& skeleton, int ranks, int stages, double limit) 
 
 TEST(Partition, MatchesBruteForceOnRandomInstances) {
   std::mt19937 rng(2024);
-  int compared = 0, feasible = 0, mixed_beats_all = 0, infeasible = 0, least_memory_checked = 0;
+  int compared = 0, feasible = 0, mixed_beats_all = 0, infeasible = 0, least_memory_checked = 0, bounds_checked = 0;
   struct Shape {
     ScheduleKind kind;
     int ranks, chunks, replicas;
@@ -165,6 +165,24 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
                                   " trial " + std::to_string(trial);
         ++compared;
         EXPECT_TRUE(found->proven_optimal) << label;
+        // Sound bounds: the root's, and what a search stopped at once node proves, never exceed
+        // the optimum; a finished search proves its optimum exactly.
+        const double tolerance = 1 + 1e-9;
+        EXPECT_LE(PartitionLowerBound(problem), brute.step * tolerance) << label;
+        PartitionProblem stopped = problem;
+        stopped.max_nodes = 1;
+        Expected<PartitionResult> early = FindBestPartition(stopped);
+        ASSERT_TRUE(early.ok()) << early.status().message();
+        EXPECT_LE(early->lower_bound_ms, brute.step * tolerance) << label;
+        if (early->plan) {
+          EXPECT_GE(early->step_time_ms, brute.step / tolerance) << label;
+        }
+        if (brute.step == kInf) {
+          EXPECT_EQ(found->lower_bound_ms, kInf) << label;
+        } else {
+          EXPECT_NEAR(found->lower_bound_ms, brute.step, 1e-9 * brute.step) << label;
+        }
+        ++bounds_checked;
         if (shape.chunks == 1) {
           // The least-memory partition: the smallest largest peak, and its plan really has it.
           Expected<LeastMemoryResult> least = LeastMemoryPartition(problem);
@@ -196,6 +214,7 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
   EXPECT_GT(infeasible, 0);        // tight memory really bites
   EXPECT_GT(mixed_beats_all, 10);  // and remat per stage beats remat everywhere
   EXPECT_GT(least_memory_checked, 400);
+  EXPECT_EQ(bounds_checked, compared);
   std::printf("compared %d instances: %d feasible, %d infeasible, %d where per-stage remat beat remat everywhere\n",
               compared, feasible, infeasible, mixed_beats_all);
 }

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "core/schedule/validate.h"
@@ -38,9 +40,11 @@ SearchRequest SmallRequest(std::mt19937& rng, int layers) {
   return request;
 }
 
-// The fastest fitting plan over every configuration, partition and remat choice.
-double BruteForce(const SearchRequest& request) {
+// The fastest fitting plan over every configuration, partition and remat choice; `least_peak`
+// (when given) gets the smallest largest rank peak of any plan, fitting or not.
+double BruteForce(const SearchRequest& request, double* least_peak = nullptr) {
   double best = std::numeric_limits<double>::infinity();
+  if (least_peak != nullptr) *least_peak = std::numeric_limits<double>::infinity();
   for (const PartitionProblem& problem : Configurations(request)) {
     const int stages = problem.ranks * problem.chunks;
     const int layers = request.profile.num_layers();
@@ -57,6 +61,7 @@ double BruteForce(const SearchRequest& request) {
             begin = ends[t];
           }
           Expected<Candidate> c = Evaluate(plan, true);
+          if (c.ok() && least_peak != nullptr) *least_peak = std::min(*least_peak, c->peak_memory_bytes);
           if (c.ok() && c->peak_memory_bytes <= problem.memory_limit_bytes) best = std::min(best, c->step_time_ms);
         }
         return;
@@ -97,6 +102,81 @@ TEST(Search, FindsTheFastestPlanOverEveryConfiguration) {
     }
   }
   EXPECT_GE(feasible, 3);
+}
+
+// The lower bound against brute force: whatever stops the search (a node budget of 1, 30 or
+// the default, a gap target, a time limit of zero), no plan is faster than the bound it reports;
+// on memory-tight budgets (1.05x the least any plan needs) and calibrated clusters too.
+TEST(Search, LowerBoundNeverExceedsTheOptimum) {
+  std::mt19937 rng(16);
+  int checked = 0, tight = 0, calibrated = 0, proven = 0, open_gaps = 0;
+  for (int trial = 0; trial < 10; ++trial) {
+    SearchRequest request = SmallRequest(rng, 5 + trial % 2);
+    if (trial % 2 == 1) {  // calibrated: every term of core/calibration.h
+      Calibration c;
+      c.compute_scale = {0.9, 1.2};
+      c.forward_overhead_ms = {0.05, 0.1};
+      c.backward_overhead_ms = {0.1};
+      c.send_overhead_ms = 0.02;
+      c.step_overhead_ms = 0.3;
+      c.optimizer_ms_per_gib = 200;
+      c.sends_held = trial % 4 == 1;
+      request.cluster.calibration = c;
+      ++calibrated;
+    }
+    double least_peak = 0;
+    request.cluster.device_memory_bytes = 1LL << 40;
+    BruteForce(request, &least_peak);
+    // Memory-tight (1.05x the least), a little looser, and without a limit.
+    const double factor[] = {1.05, 1.3, 1e6};
+    request.cluster.device_memory_bytes = static_cast<int64_t>(least_peak * factor[trial % 3]);
+    tight += trial % 3 == 0;
+    const double brute = BruteForce(request);
+    ASSERT_TRUE(std::isfinite(brute)) << "trial " << trial;
+    for (int64_t budget : {int64_t{1}, int64_t{30}, int64_t{200'000}}) {
+      for (double target_gap : {0.0, 0.05}) {
+        request.max_nodes = budget;
+        request.target_gap = target_gap;
+        request.time_limit_s = std::numeric_limits<double>::infinity();
+        Expected<SearchResult> result = SearchPlans(request);
+        ASSERT_TRUE(result.ok()) << result.status().message();
+        const std::string label = "trial " + std::to_string(trial) + " budget " + std::to_string(budget) +
+                                  " gap " + std::to_string(target_gap);
+        EXPECT_LE(result->lower_bound_ms, brute * (1 + 1e-9)) << label;
+        ++checked;
+        if (!result->best) {  // a budget this small may find nothing that fits; then no gap is claimed
+          EXPECT_FALSE(result->proven_optimal) << label;
+          EXPECT_EQ(result->gap, std::numeric_limits<double>::infinity()) << label;
+          continue;
+        }
+        EXPECT_GE(result->best->step_time_ms, brute * (1 - 1e-9)) << label;
+        EXPECT_NEAR(result->gap, Gap(result->best->step_time_ms, result->lower_bound_ms), 1e-12) << label;
+        if (result->stopped_by_gap) {
+          EXPECT_LE(result->gap, target_gap) << label;
+        }
+        if (result->proven_optimal) {
+          EXPECT_EQ(result->gap, 0) << label;
+          EXPECT_NEAR(result->best->step_time_ms, brute, 1e-9 * brute) << label;
+          ++proven;
+        } else {
+          open_gaps += result->gap > 0;
+        }
+      }
+    }
+    // A time limit already spent: nothing is searched, and the bound is still sound.
+    request.max_nodes = 200'000;
+    request.target_gap = 0;
+    request.time_limit_s = 1e-9;
+    Expected<SearchResult> none = SearchPlans(request);
+    ASSERT_TRUE(none.ok());
+    EXPECT_TRUE(none->stopped_by_time);
+    EXPECT_LE(none->lower_bound_ms, brute * (1 + 1e-9));
+  }
+  EXPECT_EQ(checked, 60);
+  EXPECT_GE(tight, 3);
+  EXPECT_GE(calibrated, 5);
+  EXPECT_GE(proven, 10);
+  EXPECT_GE(open_gaps, 1);  // some stops leave a gap: the bound is exercised below the optimum
 }
 
 TEST(Search, RespectsPinnedDimensions) {
