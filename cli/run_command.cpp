@@ -64,9 +64,9 @@ class RunCommand : public Command {
     Expected<ModelSpec> model = LoadModel(model_path_);
     if (!model.ok()) return Fail(err, "run", model.status());
     if (checkpoint_every_ > 0 && checkpoint_dir_.empty()) {
-      return Fail(err, "run", Status::Invalid("--checkpoint-every needs --checkpoint-dir"));
+      return Fail(err, "run", Status::Usage("--checkpoint-every needs --checkpoint-dir"));
     }
-    if (resume_ && checkpoint_dir_.empty()) return Fail(err, "run", Status::Invalid("--resume needs --checkpoint-dir"));
+    if (resume_ && checkpoint_dir_.empty()) return Fail(err, "run", Status::Usage("--resume needs --checkpoint-dir"));
 #ifndef GPIPE_WITH_TORCH
     (void)out;
     return Fail(err, "run", Status::Invalid(kNoExecutor));
@@ -105,15 +105,15 @@ class RunCommand : public Command {
     launch.node_rank = node_rank_;
     launch.world_size = plan.num_ranks() * plan.replicas;
     if (launch.world_size % nnodes_ != 0) {
-      return Fail(err, "run", Status::Invalid("--nnodes " + std::to_string(nnodes_) + " does not divide the plan's " +
+      return Fail(err, "run", Status::Usage("--nnodes " + std::to_string(nnodes_) + " does not divide the plan's " +
                                        std::to_string(launch.world_size) + " ranks (K x D)"));
     }
     if (node_rank_ >= nnodes_) {
-      return Fail(err, "run", Status::Invalid("--node-rank " + std::to_string(node_rank_) + " must be below --nnodes " +
+      return Fail(err, "run", Status::Usage("--node-rank " + std::to_string(node_rank_) + " must be below --nnodes " +
                                        std::to_string(nnodes_)));
     }
     if (nnodes_ > 1 && master_port_ == 0) {
-      return Fail(err, "run", Status::Invalid("--nnodes " + std::to_string(nnodes_) +
+      return Fail(err, "run", Status::Usage("--nnodes " + std::to_string(nnodes_) +
                                        ": give every launcher the same --master-addr and --master-port"));
     }
     launch.master_addr = master_addr_;
