@@ -57,8 +57,9 @@ void TidyHelp(CLI::App& app) {
     if (!words.empty()) description += " (" + words + ")";
     if (!option->get_required()) {
       option->capture_default_str();
-      const std::string value = option->get_default_str();
-      if (!value.empty() && value != "[]" && description.find("default") == std::string::npos) {
+      std::string value = option->get_default_str();
+      if (value.size() >= 2 && value.front() == '[' && value.back() == ']') value = value.substr(1, value.size() - 2);
+      if (!value.empty() && description.find("default") == std::string::npos) {
         description += " [default: " + value + "]";
       }
       option->default_str("");

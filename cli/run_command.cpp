@@ -38,7 +38,7 @@ class RunCommand : public Command {
     pictures_.Add(app, "the last step's measured timeline");
     app.add_option("--device", device_, "cpu (Gloo) or cuda (one GPU per rank, NCCL)")->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_option("--checkpoint-dir", checkpoint_dir_, "Save checkpoints here (atomically)");
-    app.add_option("--checkpoint-every", checkpoint_every_, "Save every N steps (and after the last)")->check(CLI::Range(1, 1 << 30));
+    app.add_option("--checkpoint-every", checkpoint_every_, "Save every N steps (and after the last) (default: with --checkpoint-dir, after the last step only)")->check(CLI::Range(1, 1 << 30));
     app.add_flag("--resume", resume_, "Continue from the latest checkpoint in --checkpoint-dir");
     app.add_option("--timeout", timeout_s_, "Seconds any rank waits for another before giving up with an error")
         ->check(CLI::Range(1, 86400));

@@ -48,14 +48,15 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& request) {
   free.progress = nullptr;
   report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()));
 
-  // Changes on these devices, each kept only when a plan then fits.
+  // Changes on these devices, each kept only when a plan then fits; remat and the optimizer are
+  // checked with the pins kept, so each change is one the user can make alone.
   double bytes = 0;
   if (report.pinned && Fits(free, request.cluster.devices, &bytes)) {
     report.changes.push_back({"fewer pins (leave --stages, --replicas, --microbatches, --schedule, --chunks to the search)",
                               "", bytes});
   }
   if (request.remat == RematPolicy::kOff) {
-    SearchRequest remat = free;
+    SearchRequest remat = request;
     remat.remat = RematPolicy::kAuto;
     if (Fits(remat, request.cluster.devices, &bytes)) {
       report.changes.push_back({"--remat auto", "recomputes the forward of the stages that need it: a longer step", bytes});
@@ -67,7 +68,7 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& request) {
     if (StaticBytesPerParamByte(o) < StaticBytesPerParamByte(request.optimizer)) lighter.push_back(o);
   }
   for (Optimizer o : lighter) {
-    SearchRequest other = free;
+    SearchRequest other = request;
     other.optimizer = o;
     if (Fits(other, request.cluster.devices, &bytes)) {
       report.changes.push_back({std::string("--optimizer ") + OptimizerName(o),
@@ -84,17 +85,20 @@ std::string FormatInfeasible(const InfeasibleReport& report) {
                     ".\n";
   if (report.least) {
     const LeastMemory& least = *report.least;
-    out += "Least memory any plan" + std::string(report.pinned ? " with the pinned dimensions" : "") + " needs here: " +
-           FormatBytes(least.peak_bytes) + " per device (" + Describe(least.plan) + "); rank " +
+    out += "The smallest plan with one stage per device" +
+           std::string(report.pinned ? " and the pinned dimensions" : "") + " needs " + FormatBytes(least.peak_bytes) +
+           " per device (" + Describe(least.plan) + "); rank " +
            std::to_string(least.fullest_rank) + " holds " + FormatBytes(least.model_state_bytes) +
            " model state (parameters, gradients, optimizer state) and " + FormatBytes(least.activation_bytes) +
            " activations.\n";
   }
   if (report.fewest) {
-    const auto& [devices, least] = *report.fewest;
-    out += "Fewest devices that fit at this batch: " + std::to_string(devices) + " (" + Describe(least.plan) +
-           " needs " + FormatBytes(least.peak_bytes) + " per device); try it with --devices " +
-           std::to_string(devices) + ".\n";
+    const FewestDevicesResult& fewest = *report.fewest;
+    out += "Fewest devices that fit at this batch: " + std::to_string(fewest.devices) + "; the fastest plan there, " +
+           Describe(fewest.best.plan) + ", needs " + FormatBytes(fewest.best.peak_memory_bytes) +
+           " per device (run it with --devices " + std::to_string(fewest.devices) + ")" +
+           (fewest.proven ? "" : "; the search on one device fewer stopped at its node budget in some configurations") +
+           ".\n";
   } else {
     out += "No number of devices is enough at this batch: even one layer per device does not fit.\n";
   }
@@ -127,9 +131,15 @@ nlohmann::json InfeasibleJson(const InfeasibleReport& report) {
   };
   json["least_memory_bytes"] = report.least ? nlohmann::json(report.least->peak_bytes) : nlohmann::json(nullptr);
   json["least_memory_plan"] = report.least ? plan_json(report.least->plan) : nlohmann::json(nullptr);
-  json["fewest_devices"] = report.fewest ? nlohmann::json(report.fewest->first) : nlohmann::json(nullptr);
-  json["fewest_devices_least_memory_bytes"] =
-      report.fewest ? nlohmann::json(report.fewest->second.peak_bytes) : nlohmann::json(nullptr);
+  json["fewest_devices"] = report.fewest ? nlohmann::json(report.fewest->devices) : nlohmann::json(nullptr);
+  if (report.fewest) {
+    nlohmann::json plan = plan_json(report.fewest->best.plan);
+    plan["peak_memory_bytes"] = report.fewest->best.peak_memory_bytes;
+    plan["step_time_ms"] = report.fewest->best.step_time_ms;
+    json["fewest_devices_plan"] = plan;
+  } else {
+    json["fewest_devices_plan"] = nullptr;
+  }
   nlohmann::json changes = nlohmann::json::array();
   for (const FittingChange& change : report.changes) {
     changes.push_back({{"flags", change.flags}, {"note", change.note}, {"least_memory_bytes", change.least_bytes}});

@@ -1,6 +1,7 @@
-// When no plan fits a budget: what it would take. The report leads with the least memory any plan
-// needs on these devices and the fewest devices on which a plan fits at this batch (both searched
-// exactly, min_devices.h), then only the changes that would make a plan fit here, each checked.
+// When no plan fits a budget: what it would take. The report leads with the least memory the
+// smallest plan (one stage per device) needs on these devices and the fewest devices on which a
+// plan fits at this batch (both searched, min_devices.h), then only the changes that would make a
+// plan fit here, each checked.
 #pragma once
 
 #include <optional>
@@ -34,7 +35,7 @@ struct InfeasibleReport {
   std::optional<LeastMemory> least;
   /// The fewest devices with a fitting plan at this batch, with K, D, M and the schedule free
   /// (remat and optimizer as asked), up to one layer per device; absent when none is enough.
-  std::optional<std::pair<int, LeastMemory>> fewest;
+  std::optional<FewestDevicesResult> fewest;
   /// Whether the request pinned K, D, M or the schedule (the least memory above keeps the pins).
   bool pinned = false;
   /// Whether remat was allowed (--remat auto or on): then the least-memory plans use it.
@@ -51,7 +52,8 @@ std::string FormatInfeasible(const InfeasibleReport& report);
 
 /// The same as JSON: {"fits": false, "memory_limit_bytes", "devices", "global_batch",
 /// "least_memory_bytes", "least_memory_plan": {...}, "fewest_devices" (null when none),
-/// "fewest_devices_least_memory_bytes", "changes": [{"flags", "note", "least_memory_bytes"}]}.
+/// "fewest_devices_plan": {..., "peak_memory_bytes", "step_time_ms"},
+/// "changes": [{"flags", "note", "least_memory_bytes"}]}.
 nlohmann::json InfeasibleJson(const InfeasibleReport& report);
 
 }  // namespace gpipe

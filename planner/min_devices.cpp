@@ -76,15 +76,45 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
 
 Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices) { return Least(request, devices, true); }
 
-std::optional<std::pair<int, LeastMemory>> FewestDevices(const SearchRequest& request, int max_devices) {
+std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices) {
   const double limit = static_cast<double>(request.cluster.device_memory_bytes);
   const int replicas = request.replicas.value_or(1);
-  for (int devices = request.cluster.devices + 1; devices <= max_devices; ++devices) {
+  int found = 0;
+  for (int devices = request.cluster.devices + 1; devices <= max_devices && found == 0; ++devices) {
     if (devices % replicas != 0) continue;
     Expected<LeastMemory> least = Least(request, devices, false);
-    if (least.ok() && least->peak_bytes <= limit) return std::make_pair(devices, *LeastMemoryOn(request, devices));
+    if (least.ok() && least->peak_bytes <= limit) found = devices;
   }
-  return std::nullopt;
+  if (found == 0) return std::nullopt;
+  const auto search_on = [&](int devices) {
+    SearchRequest on = request;
+    on.cluster = ResizedCluster(request.cluster, devices);
+    on.progress = nullptr;
+    return SearchPlans(on);
+  };
+  FewestDevicesResult result;
+  Expected<SearchResult> at = search_on(found);
+  // Fewer devices may do with plans the least-memory program does not cover (interleaved).
+  for (int fewer = found - 1; fewer > request.cluster.devices && at.ok() && at->best; --fewer) {
+    Expected<SearchResult> below = search_on(fewer);
+    if (!below.ok() || !below->best) {
+      result.proven = below.ok() && below->proven_optimal;
+      break;
+    }
+    found = fewer;
+    at = std::move(below);
+  }
+  result.devices = found;
+  if (at.ok() && at->best) {
+    result.best = *at->best;
+  } else {  // the search stopped at its budget without a plan: the least-memory plan fits
+    Expected<LeastMemory> least = LeastMemoryOn(request, found);
+    if (!least.ok()) return std::nullopt;
+    Expected<Candidate> candidate = Evaluate(least->plan, false);
+    if (!candidate.ok()) return std::nullopt;
+    result.best = *candidate;
+  }
+  return result;
 }
 
 }  // namespace gpipe

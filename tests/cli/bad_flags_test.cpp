@@ -105,7 +105,7 @@ const Row kRows[] = {
      "gpipe-plan compare: {source}/no-such-run.json: cannot open the file (does it exist and is it readable?)\n"},
     {{"calibrate", "{source}/no-such-run.json"}, kExitUsage,
      "gpipe-plan: --output is required\n(run 'gpipe-plan --help' for usage)\n"},
-    {{"simulate", "{source}/profiles/plans/tiny-gpt-gpipe.json", "--svgg", "t.svg"}, kExitUsage,
+    {{"simulate", "{source}/profiles/plans/tiny-gpt-gpipe.json", "--svgg"}, kExitUsage,
      "gpipe-plan: The following argument was not expected: --svgg\n(run 'gpipe-plan --help' for usage)\n"},
     // Nothing fits: exit 1, the report (what would fit) on stdout, nothing on stderr.
     {Plan({"--global-batch", "64", "--memory", "1MiB"}), kExitFailure, ""},
