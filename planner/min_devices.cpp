@@ -39,6 +39,9 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
   problem.cluster = &cluster;
   problem.schedule = request.schedule && *request.schedule != ScheduleKind::kInterleaved1F1B ? *request.schedule
                                                                                              : ScheduleKind::k1F1B;
+  // The search tries only GPipe on one rank unless a schedule is pinned (search.cpp); so does
+  // this, so that the least memory is that of a plan the search would return.
+  if (ranks == 1 && !request.schedule) problem.schedule = ScheduleKind::kGpipe;
   problem.ranks = ranks;
   problem.replicas = replicas;
   problem.microbatches = microbatches;

@@ -123,7 +123,7 @@ TEST(PlanCommand, TheFewestDevicesReportedFitAndOneFewerDoesNot) {
 TEST(PlanCommand, InfeasibleReportOffersOnlyChangesThatFit) {
   const Outcome o = Cli(Tiny({"--memory", "40MiB", "--remat", "off", "--stages", "1"}));
   ASSERT_EQ(o.code, kExitFailure) << o.err;
-  EXPECT_NE(o.out.find("with the pinned dimensions"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("and the pinned dimensions"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("On these 2 devices a plan fits with:"), std::string::npos) << o.out;
 }
 
