@@ -5,13 +5,16 @@
 #include <string>
 #include <vector>
 
+#include "cli/help_text.h"
 #include "core/suggest.h"
 
 namespace gpipe::cli {
 
 int Fail(std::ostream& err, const char* command, const Status& status) {
   err << "gpipe-plan " << command << ": " << status.message() << "\n";
-  return kExitFailure;
+  if (!status.usage()) return kExitFailure;
+  err << "(run 'gpipe-plan " << command << " --help' for usage)\n";
+  return kExitUsage;
 }
 
 const std::vector<CommandEntry>& Commands() {
@@ -41,11 +44,14 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
       "  gpipe-plan simulate profiles/plans/tiny-gpt-gpipe.json\n"
       "  gpipe-plan run build/tiny-gpt-plan.json --model models/tiny-gpt.json --steps 20 --record run.json\n"
       "  gpipe-plan simulate profiles/plans/gpt3-13b-8xa100-1f1b.json --svg timeline.svg --trace trace.json\n"
-      "Run 'gpipe-plan SUBCOMMAND --help' for a subcommand's flags.");
+      "Run 'gpipe-plan SUBCOMMAND --help' for a subcommand's flags.\n"
+      "Exit codes: 0 success; 1 an input file is wrong, nothing fits (plan), or the work failed; 2 the command\n"
+      "line is wrong (unknown flag, bad or missing value, flags that do not go together).");
   std::vector<std::pair<CLI::App*, std::unique_ptr<Command>>> made;
   for (const CommandEntry& entry : Commands()) {
     CLI::App* sub = app.add_subcommand(entry.name, entry.summary);
     made.emplace_back(sub, entry.make(*sub));
+    TidyHelp(*sub);
   }
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;

@@ -14,12 +14,20 @@
 
 namespace gpipe::cli {
 
-/// Exit codes: 0 success, 1 the input was wrong or the work failed, 2 the command line was wrong.
+/// Exit codes, the same for every subcommand:
+///   0 success;
+///   1 an input file is wrong (one line naming the file, the field and the value), nothing fits
+///     (plan: no plan fits the memory; the report says what would), or the work itself failed
+///     (a rank of `run` died, a measurement could not be taken);
+///   2 the command line is wrong: an unknown subcommand or flag, a missing or malformed value, a
+///     value out of range, or flags that do not go together (e.g. a batch that does not split
+///     into --microbatches).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
-/// Writes "gpipe-plan <command>: <message>" to `err` and returns kExitFailure.
+/// Writes "gpipe-plan <command>: <message>" to `err`. Returns kExitUsage for a Usage status (and
+/// points at `gpipe-plan <command> --help`), kExitFailure otherwise.
 int Fail(std::ostream& err, const char* command, const Status& status);
 /// What commands that need LibTorch say in a build without it.
 inline constexpr const char* kNoExecutor =

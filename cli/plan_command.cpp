@@ -12,6 +12,7 @@
 #include "core/plan.h"
 #include "core/schedule/validate.h"
 #include "core/units.h"
+#include "planner/infeasible.h"
 #include "planner/report.h"
 #include "planner/search.h"
 #include "simulator/cost_model.h"
@@ -28,21 +29,21 @@ class PlanCommand : public Command {
     app.add_option("--cluster", cluster_path_, "A gpipe-cluster/1 file")->required();
     app.add_option("--global-batch", global_batch_, "Samples per training step")->required();
     app.add_option("--devices", devices_, "Use this many devices instead of the cluster file's");
-    app.add_option("--memory", memory_, "Per-device memory instead of the cluster file's, e.g. 80GiB or 40GB");
+    app.add_option("--memory", memory_, "Per-device memory instead of the cluster file's, e.g. 80GB (= 74.51 GiB, as cards are sold) or 80GiB");
     app.add_option("--stages", stages_, "Pin K, the ranks of one pipeline");
     app.add_option("--replicas", replicas_, "Pin D, the data-parallel copies of the pipeline");
     app.add_option("--microbatches", microbatches_, "Pin M, micro-batches per replica and step");
     app.add_option("--schedule", schedule_, "Pin the schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
     app.add_option("--chunks", chunks_, "Pin v, stages per rank of interleaved-1f1b");
-    app.add_option("--remat", remat_, "Rematerialization: auto (only where memory demands it), on, off");
+    app.add_option("--remat", remat_, "Rematerialization (recompute a stage's forward in its backward instead of keeping activations): auto (only where memory demands it), on, off");
     app.add_option("--placement", placement_, "Pin the placement: pipeline-major or replica-major");
     app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
-    app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration (default 200000)");
+    app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration");
     app.add_option("--time-limit", time_limit_s_,
-                   "Stop after this many seconds with the best plan and its gap so far (default: none)");
+                   "Stop after this many seconds with the best plan and its gap so far (default: no limit)");
     app.add_option("--gap", gap_,
                    "Stop once the best plan is within this fraction of the lower bound, e.g. 0.01 for 1% "
-                   "(default 0: search to the end)");
+                   "(0: search to the end)");
     app.add_option("-o,--output", output_path_, "Write the plan (gpipe-plan/1) to this file");
     app.add_flag("--json", json_, "Print the plan with its prediction as JSON instead of the table");
     pictures_.Add(app, "the best plan's simulated timeline");
@@ -75,14 +76,11 @@ class PlanCommand : public Command {
     if (!result.ok()) return Fail(err, "plan", result.status());
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (json_) {
-      if (result->best) out << PlanReportJson(*result).dump(2) << "\n";
+      out << (result->best ? PlanReportJson(*result) : InfeasibleJson(ExplainInfeasible(*request))).dump(2) << "\n";
     } else {
       out << FormatPlanReport(*request, *result, seconds);
     }
-    if (!result->best) {
-      if (json_) err << ExplainInfeasible(*request);
-      return kExitFailure;
-    }
+    if (!result->best) return kExitFailure;  // nothing fits: the report said what would
     if (!output_path_.empty()) {
       const Status written = WriteFileAtomically(output_path_, PlanReportJson(*result).dump(1) + "\n");
       if (!written.ok()) return Fail(err, "plan", written);
@@ -106,10 +104,10 @@ class PlanCommand : public Command {
     if (!cluster.ok()) return cluster.status();
     request.profile = std::move(*profile);
     request.cluster = std::move(*cluster);
-    if (global_batch_ < 1) return Status::Invalid("--global-batch: must be at least 1, got " + std::to_string(global_batch_));
+    if (global_batch_ < 1) return Status::Usage("--global-batch: must be at least 1, got " + std::to_string(global_batch_));
     request.global_batch = global_batch_;
     if (devices_) {
-      if (*devices_ < 1) return Status::Invalid("--devices: must be at least 1, got " + std::to_string(*devices_));
+      if (*devices_ < 1) return Status::Usage("--devices: must be at least 1, got " + std::to_string(*devices_));
       request.cluster.devices = *devices_;
       if (request.cluster.devices_per_node && request.cluster.devices % *request.cluster.devices_per_node != 0) {
         request.cluster.devices_per_node.reset();  // a what-if that breaks the node layout: one node
@@ -121,18 +119,18 @@ class PlanCommand : public Command {
     }
     if (memory_) {
       Expected<int64_t> bytes = ParseBytes(*memory_);
-      if (!bytes.ok()) return bytes.status().WithContext("--memory");
-      if (*bytes <= 0) return Status::Invalid("--memory: must be more than 0");
+      if (!bytes.ok()) return bytes.status().WithContext("--memory").AsUsage();
+      if (*bytes <= 0) return Status::Usage("--memory: must be more than 0");
       if (*bytes < kMinDeviceMemoryBytes) {
-        return Status::Invalid("--memory: " + *memory_ + " is " + std::to_string(*bytes) +
-                               " bytes, less than 64 KiB; a bare number is bytes: did you mean " + *memory_ +
-                               "GiB? (or MiB, GB, ...)");
+        return Status::Usage("--memory: " + *memory_ + " is " + std::to_string(*bytes) +
+                             " bytes, less than 64 KiB; a bare number is bytes: did you mean " + *memory_ +
+                             "GiB? (or MiB, GB, ...)");
       }
       request.cluster.device_memory_bytes = *bytes;
     }
     const auto positive = [](const std::optional<int>& value, const char* flag) {
       return !value || *value >= 1 ? Status::Ok()
-                                   : Status::Invalid(std::string(flag) + ": must be at least 1, got " + std::to_string(*value));
+                                   : Status::Usage(std::string(flag) + ": must be at least 1, got " + std::to_string(*value));
     };
     GPIPE_RETURN_IF_ERROR(positive(stages_, "--stages"));
     GPIPE_RETURN_IF_ERROR(positive(replicas_, "--replicas"));
@@ -144,33 +142,33 @@ class PlanCommand : public Command {
     request.chunks = chunks_;
     if (schedule_) {
       Expected<ScheduleKind> kind = ParseScheduleKind(*schedule_);
-      if (!kind.ok()) return kind.status().WithContext("--schedule");
+      if (!kind.ok()) return kind.status().WithContext("--schedule").AsUsage();
       request.schedule = *kind;
     }
     Expected<RematPolicy> remat = ParseRematPolicy(remat_);
-    if (!remat.ok()) return remat.status().WithContext("--remat");
+    if (!remat.ok()) return remat.status().WithContext("--remat").AsUsage();
     request.remat = *remat;
     if (placement_) {
       Expected<Placement> placement = ParsePlacement(*placement_);
-      if (!placement.ok()) return placement.status().WithContext("--placement");
+      if (!placement.ok()) return placement.status().WithContext("--placement").AsUsage();
       request.placement = *placement;
     }
     request.optimizer = DefaultOptimizer(request.profile);
     if (optimizer_) {
       Expected<Optimizer> optimizer = ParseOptimizer(*optimizer_);
-      if (!optimizer.ok()) return optimizer.status().WithContext("--optimizer");
+      if (!optimizer.ok()) return optimizer.status().WithContext("--optimizer").AsUsage();
       request.optimizer = *optimizer;
     }
-    if (max_nodes_ < 1) return Status::Invalid("--max-nodes: must be at least 1");
+    if (max_nodes_ < 1) return Status::Usage("--max-nodes: must be at least 1");
     request.max_nodes = max_nodes_;
     if (time_limit_s_) {
       if (!(*time_limit_s_ > 0) || !std::isfinite(*time_limit_s_)) {
-        return Status::Invalid("--time-limit: must be a number of seconds above 0, got " + std::to_string(*time_limit_s_));
+        return Status::Usage("--time-limit: must be a number of seconds above 0, got " + std::to_string(*time_limit_s_));
       }
       request.time_limit_s = *time_limit_s_;
     }
     if (!(gap_ >= 0) || !std::isfinite(gap_)) {
-      return Status::Invalid("--gap: must be a fraction at least 0 (0.01 for 1%), got " + std::to_string(gap_));
+      return Status::Usage("--gap: must be a fraction at least 0 (0.01 for 1%), got " + std::to_string(gap_));
     }
     request.target_gap = gap_;
     return request;

@@ -86,7 +86,7 @@ class ProfileLinksCommand : public Command {
     launch.node_rank = node_rank_;
     launch.world_size = ranks_;
     if (ranks_ % nnodes_ != 0 || node_rank_ >= nnodes_) {
-      return Fail(err, "profile-links", Status::Invalid("--ranks " + std::to_string(ranks_) + " must split evenly over --nnodes " +
+      return Fail(err, "profile-links", Status::Usage("--ranks " + std::to_string(ranks_) + " must split evenly over --nnodes " +
                                        std::to_string(nnodes_) + ", and --node-rank be below it"));
     }
     launch.master_addr = master_addr_;

@@ -38,7 +38,7 @@ class RunCommand : public Command {
     pictures_.Add(app, "the last step's measured timeline");
     app.add_option("--device", device_, "cpu (Gloo) or cuda (one GPU per rank, NCCL)")->check(CLI::IsMember({"cpu", "cuda"}));
     app.add_option("--checkpoint-dir", checkpoint_dir_, "Save checkpoints here (atomically)");
-    app.add_option("--checkpoint-every", checkpoint_every_, "Save every N steps (and after the last)")->check(CLI::Range(1, 1 << 30));
+    app.add_option("--checkpoint-every", checkpoint_every_, "Save every N steps (and after the last) (default: with --checkpoint-dir, after the last step only)")->check(CLI::Range(1, 1 << 30));
     app.add_flag("--resume", resume_, "Continue from the latest checkpoint in --checkpoint-dir");
     app.add_option("--timeout", timeout_s_, "Seconds any rank waits for another before giving up with an error")
         ->check(CLI::Range(1, 86400));
@@ -64,9 +64,9 @@ class RunCommand : public Command {
     Expected<ModelSpec> model = LoadModel(model_path_);
     if (!model.ok()) return Fail(err, "run", model.status());
     if (checkpoint_every_ > 0 && checkpoint_dir_.empty()) {
-      return Fail(err, "run", Status::Invalid("--checkpoint-every needs --checkpoint-dir"));
+      return Fail(err, "run", Status::Usage("--checkpoint-every needs --checkpoint-dir"));
     }
-    if (resume_ && checkpoint_dir_.empty()) return Fail(err, "run", Status::Invalid("--resume needs --checkpoint-dir"));
+    if (resume_ && checkpoint_dir_.empty()) return Fail(err, "run", Status::Usage("--resume needs --checkpoint-dir"));
 #ifndef GPIPE_WITH_TORCH
     (void)out;
     return Fail(err, "run", Status::Invalid(kNoExecutor));
@@ -105,15 +105,15 @@ class RunCommand : public Command {
     launch.node_rank = node_rank_;
     launch.world_size = plan.num_ranks() * plan.replicas;
     if (launch.world_size % nnodes_ != 0) {
-      return Fail(err, "run", Status::Invalid("--nnodes " + std::to_string(nnodes_) + " does not divide the plan's " +
+      return Fail(err, "run", Status::Usage("--nnodes " + std::to_string(nnodes_) + " does not divide the plan's " +
                                        std::to_string(launch.world_size) + " ranks (K x D)"));
     }
     if (node_rank_ >= nnodes_) {
-      return Fail(err, "run", Status::Invalid("--node-rank " + std::to_string(node_rank_) + " must be below --nnodes " +
+      return Fail(err, "run", Status::Usage("--node-rank " + std::to_string(node_rank_) + " must be below --nnodes " +
                                        std::to_string(nnodes_)));
     }
     if (nnodes_ > 1 && master_port_ == 0) {
-      return Fail(err, "run", Status::Invalid("--nnodes " + std::to_string(nnodes_) +
+      return Fail(err, "run", Status::Usage("--nnodes " + std::to_string(nnodes_) +
                                        ": give every launcher the same --master-addr and --master-port"));
     }
     launch.master_addr = master_addr_;

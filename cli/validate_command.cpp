@@ -87,19 +87,19 @@ class ValidateCommand : public Command {
     std::vector<ScheduleKind> schedules;
     for (const std::string& name : schedules_) {
       Expected<ScheduleKind> kind = ParseScheduleKind(name);
-      if (!kind.ok()) return kind.status().WithContext("--schedules");
+      if (!kind.ok()) return kind.status().WithContext("--schedules").AsUsage();
       schedules.push_back(*kind);
     }
     std::vector<RematPolicy> remat;
     for (const std::string& name : remat_) {
       Expected<RematPolicy> policy = ParseRematPolicy(name);
       if (!policy.ok() || *policy == RematPolicy::kAuto) {
-        return Status::Invalid("--remat: \"" + name + "\" is not off or on");
+        return Status::Usage("--remat: \"" + name + "\" is not off or on");
       }
       remat.push_back(*policy);
     }
     request.matrix = ValidationMatrix(stages_, microbatches_, schedules, remat, calibrate_on_, global_batch_);
-    if (request.matrix.empty()) return Status::Invalid("no configuration: M must divide --global-batch");
+    if (request.matrix.empty()) return Status::Usage("no configuration: M must divide --global-batch");
     request.model = std::move(*model);
     request.model_path = model_path_;
     request.cluster = std::move(*cluster);

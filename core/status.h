@@ -1,6 +1,8 @@
 // Status and Expected<T>: the error type at gpipe-plan's user-facing boundaries (files, flags,
 // budgets). A Status is ok or carries one human-readable line that names the file, the field, the
-// bad value and, where one exists, what would fix it. Internal invariants use assert instead.
+// bad value and, where one exists, what would fix it, and whether the fault is in the input files
+// (Invalid) or in the command line (Usage: a flag's value, or flags that do not go together). The
+// CLI maps them to exit codes 1 and 2. Internal invariants use assert instead.
 #pragma once
 
 #include <cassert>
@@ -18,10 +20,14 @@ class Status {
   Status() = default;
 
   static Status Ok() { return Status(); }
-  /// The input is wrong: a bad field, value, flag or file.
-  static Status Invalid(std::string message) { return Status(std::move(message)); }
+  /// The input is wrong: a bad file, field or value in it.
+  static Status Invalid(std::string message) { return Status(std::move(message), false); }
+  /// The command line is wrong: a flag's value, or flags that cannot go together.
+  static Status Usage(std::string message) { return Status(std::move(message), true); }
 
   bool ok() const { return !message_.has_value(); }
+  /// Whether the fault is in the command line (Usage) rather than in the input.
+  bool usage() const { return usage_; }
   /// REQUIRES: !ok().
   const std::string& message() const {
     assert(!ok());
@@ -29,12 +35,15 @@ class Status {
   }
   /// A copy whose message is prefixed with `context + ": "`; ok stays ok.
   Status WithContext(const std::string& context) const {
-    return ok() ? *this : Status(context + ": " + *message_);
+    return ok() ? *this : Status(context + ": " + *message_, usage_);
   }
+  /// The same message, as a fault of the command line (a flag's value that failed to parse).
+  Status AsUsage() const { return ok() ? *this : Status(*message_, true); }
 
  private:
-  explicit Status(std::string message) : message_(std::move(message)) {}
+  Status(std::string message, bool usage) : message_(std::move(message)), usage_(usage) {}
   std::optional<std::string> message_;
+  bool usage_ = false;
 };
 
 /// A value of type T, or the Status that explains why there is none.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 namespace gpipe {
 namespace {
@@ -79,6 +80,22 @@ std::string FormatBytes(double bytes) {
     std::snprintf(buffer, sizeof buffer, "%.2f %s", value, kNames[unit]);
   }
   return buffer;
+}
+
+std::string FormatMemoryLimit(double bytes) {
+  static constexpr std::array<std::pair<double, const char*>, 3> kDecimal = {
+      {{1e12, "TB"}, {1e9, "GB"}, {1e6, "MB"}}};
+  const bool binary = std::fmod(bytes, 1024.0 * 1024.0) == 0.0;
+  if (!binary) {
+    for (const auto& [unit, name] : kDecimal) {
+      if (bytes >= unit && std::fmod(bytes, unit) == 0.0) {
+        char buffer[48];
+        std::snprintf(buffer, sizeof buffer, "%.0f %s = ", bytes / unit, name);
+        return buffer + FormatBytes(bytes);
+      }
+    }
+  }
+  return FormatBytes(bytes);
 }
 
 std::string FormatMs(double ms) {

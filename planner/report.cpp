@@ -8,6 +8,7 @@
 #include "core/schedule/validate.h"
 #include "core/text.h"
 #include "core/units.h"
+#include "planner/infeasible.h"
 #include "simulator/cost_model.h"
 #include "simulator/report.h"
 #include "simulator/simulator.h"
@@ -63,7 +64,7 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
     out += result.unproven.size() > 6 ? ", ...\n" : "\n";
   }
   out += "\n";
-  if (!result.best) return out + ExplainInfeasible(request);
+  if (!result.best) return out + FormatInfeasible(ExplainInfeasible(request));
   const Candidate& best = *result.best;
   CostModel costs;
   const SimResult sim = Simulated(best.plan, &costs);
@@ -114,63 +115,6 @@ nlohmann::json PlanReportJson(const SearchResult& result) {
   }
   json["alternatives"] = alternatives;
   return json;
-}
-
-std::string ExplainInfeasible(const SearchRequest& request) {
-  const double limit = static_cast<double>(request.cluster.device_memory_bytes);
-  std::string out = "No plan fits in " + FormatBytes(limit) + " per device on " +
-                    std::to_string(request.cluster.devices) + " devices.\n";
-  // The fastest plan if memory were unlimited, and where it overflows.
-  SearchRequest unlimited = request;
-  unlimited.cluster.device_memory_bytes = int64_t{1} << 62;
-  unlimited.remat = RematPolicy::kOff;
-  unlimited.progress = nullptr;
-  Expected<SearchResult> fastest = SearchPlans(unlimited);
-  if (fastest.ok() && fastest->best) {
-    const Plan& plan = fastest->best->plan;
-    CostModel costs;
-    const SimResult sim = Simulated(plan, &costs);
-    out += "The fastest plan without a memory limit (" + Shape(plan) + ", K=" + std::to_string(plan.num_ranks()) +
-           ", D=" + std::to_string(plan.replicas) + ", M=" + std::to_string(plan.microbatches) + ") overflows:\n";
-    for (int r = 0; r < plan.num_ranks(); ++r) {
-      const RankResult& rank = sim.ranks[r];
-      if (rank.peak_memory_bytes <= limit) continue;
-      std::string layers;
-      for (const StagePlan& stage : plan.stages) {
-        if (stage.rank != r) continue;
-        layers += (layers.empty() ? "" : ", ") + std::to_string(stage.first_layer) + "-" + std::to_string(stage.end_layer - 1);
-      }
-      out += "  rank " + std::to_string(r) + " (layers " + layers + ") needs " + FormatBytes(rank.peak_memory_bytes) +
-             ", " + FormatBytes(rank.peak_memory_bytes - limit) + " over: " + FormatBytes(rank.static_bytes) +
-             " parameters, gradients and optimizer state, " + FormatBytes(rank.peak_activation_bytes) + " activations\n";
-    }
-  }
-  // The least memory any plan needs: as many stages as devices allow, micro-batches of one
-  // sample, 1F1B, remat wherever it saves memory; the partition with the smallest largest peak.
-  PartitionProblem smallest;
-  smallest.profile = &request.profile;
-  smallest.cluster = &request.cluster;
-  smallest.schedule = ScheduleKind::k1F1B;
-  smallest.ranks = std::min(request.cluster.devices, request.profile.num_layers());
-  smallest.microbatches = static_cast<int>(std::min<int64_t>(request.global_batch, 1 << 20));
-  smallest.global_batch = request.global_batch;
-  smallest.optimizer = request.optimizer;
-  smallest.remat = request.remat == RematPolicy::kOff ? RematPolicy::kOff : RematPolicy::kAuto;
-  Expected<LeastMemoryResult> least = LeastMemoryPartition(smallest);
-  if (least.ok()) {
-    int remat_stages = 0;
-    for (const StagePlan& stage : least->plan.stages) remat_stages += stage.remat ? 1 : 0;
-    out += "The smallest plan (K=" + std::to_string(smallest.ranks) + " stages, M=" +
-           std::to_string(smallest.microbatches) + " micro-batches of " +
-           std::to_string(request.global_batch / smallest.microbatches) + " sample" +
-           (request.global_batch / smallest.microbatches == 1 ? "" : "s") + ", remat on " +
-           std::to_string(remat_stages) + " of " + std::to_string(smallest.ranks) + " stages, 1f1b) needs " +
-           FormatBytes(least->peak_bytes) + " per device.\n";
-  }
-  out += "What would help: more devices (more stages share the parameters), remat (--remat auto or on), more "
-         "micro-batches (a smaller micro-batch keeps fewer activations), or an optimizer with less state "
-         "(--optimizer sgd).\n";
-  return out;
 }
 
 }  // namespace gpipe

@@ -1,6 +1,6 @@
 // Presenting the planner's answer: the chosen plan stage by stage with its time and memory
 // against the limit, the alternatives that trade step time for memory, and for budgets nothing
-// fits, what the smallest plan needs and what would help.
+// fits, the report of planner/infeasible.h.
 #pragma once
 
 #include <string>
@@ -18,9 +18,5 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
 /// The plan in gpipe-plan/1 form with a "prediction" object (step_time_ms, bubble_fraction,
 /// throughput_samples_per_s, ranks[].busy_ms / peak_memory_bytes) and the "alternatives".
 nlohmann::json PlanReportJson(const SearchResult& result);
-
-/// Why nothing fits: the fastest plan with unlimited memory and which of its ranks overflow by
-/// how much; the smallest per-device memory that some plan needs; what would help.
-std::string ExplainInfeasible(const SearchRequest& request);
 
 }  // namespace gpipe

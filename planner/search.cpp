@@ -169,34 +169,34 @@ Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
 Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   const int layers = request.profile.num_layers();
   const int devices = request.cluster.devices;
-  if (request.global_batch < 1) return Status::Invalid("--global-batch must be at least 1");
+  if (request.global_batch < 1) return Status::Usage("--global-batch must be at least 1");
   if (request.ranks && *request.ranks > layers) {
-    return Status::Invalid("--stages " + std::to_string(*request.ranks) + " is more than the profile's " +
-                           std::to_string(layers) + " layers; a stage needs at least one layer, so use at most " +
-                           std::to_string(layers));
+    return Status::Usage("--stages " + std::to_string(*request.ranks) + " is more than the profile's " +
+                         std::to_string(layers) + " layers; a stage needs at least one layer, so use at most " +
+                         std::to_string(layers));
   }
   if (request.ranks && *request.ranks * request.replicas.value_or(1) > devices) {
-    return Status::Invalid("--stages " + std::to_string(*request.ranks) + " x --replicas " +
-                           std::to_string(request.replicas.value_or(1)) + " needs more than the cluster's " +
-                           std::to_string(devices) + " devices");
+    return Status::Usage("--stages " + std::to_string(*request.ranks) + " x --replicas " +
+                         std::to_string(request.replicas.value_or(1)) + " needs more than the cluster's " +
+                         std::to_string(devices) + " devices");
   }
   if (request.replicas && request.global_batch % *request.replicas != 0) {
-    return Status::Invalid("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
-                           std::to_string(*request.replicas) + " replicas");
+    return Status::Usage("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
+                         std::to_string(*request.replicas) + " replicas");
   }
   if (request.microbatches && request.global_batch % (int64_t{request.replicas.value_or(1)} * *request.microbatches) != 0) {
-    return Status::Invalid("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
-                           std::to_string(*request.microbatches) + " micro-batches" +
-                           (request.replicas ? " per replica" : "") + " of whole samples");
+    return Status::Usage("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
+                         std::to_string(*request.microbatches) + " micro-batches" +
+                         (request.replicas ? " per replica" : "") + " of whole samples");
   }
   if (request.schedule == ScheduleKind::kZbH1 && !ProfileHasWeightTimes(request.profile)) {
-    return Status::Invalid("--schedule zb-h1 needs backward_weight_ms for every layer of the profile");
+    return Status::Usage("--schedule zb-h1 needs backward_weight_ms for every layer of the profile");
   }
   std::map<int64_t, Profile> sized_profiles;  // outlives `problems`, which point into it
   std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles);
   if (problems.empty()) {
-    return Status::Invalid("no configuration satisfies the pinned dimensions (interleaved-1f1b needs K >= 2, M a "
-                           "multiple of K and at least 2K layers; M must divide the batch per replica)");
+    return Status::Usage("no configuration satisfies the pinned dimensions (interleaved-1f1b needs K >= 2, M a "
+                         "multiple of K and at least 2K layers; M must divide the batch per replica)");
   }
   // Best-first over the configurations: each is queued under its cheap bound; popped, it gets
   // its partition's lower bound and is queued again under that; popped again, it is searched.

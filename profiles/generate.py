@@ -92,11 +92,22 @@ class Op:
 
 @dataclasses.dataclass
 class Layer:
+    """`saved_bytes`: what the layer's backward needs kept, counted as in the literature (its own
+    input included when the backward reads it); `input_saved_bytes`: the part of it that is the
+    layer's input. The profile's `activation_bytes` is what the forward adds and keeps, as the
+    profiler measures it: saved - input_saved + output (the output stays alive: the next layer's
+    backward or the stage that sends it holds it). The input is the previous layer's output, or
+    the stage's input, which the simulator's stash counts once."""
     name: str
     ops: list[Op]
     params: int
-    activation_bytes: int
+    saved_bytes: int
     output_bytes: int
+    input_saved_bytes: int = 0
+
+    @property
+    def activation_bytes(self) -> int:
+        return self.saved_bytes - self.input_saved_bytes + self.output_bytes
 
 
 def gemm(what, m, k, n, dt, count=1, weight=True, dgrad=True):
@@ -202,8 +213,9 @@ def transformer_block(name, s, b, h, a, f, dt):
         residual,
     ]
     params = (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h) + 2 * (2 * h)
+    # Korthikanti's count includes the first layer norm's input: the block's input.
     return Layer(name, ops, params, transformer_block_activation_bytes(s, b, h, a, f, dt),
-                 t * h * dt)
+                 t * h * dt, input_saved_bytes=t * h * dt)
 
 
 def dense_embedding_grad_bytes(rows, h, t, dt):
@@ -225,7 +237,7 @@ def gpt_embedding(spec: TransformerSpec, b, dt):
     ops = [elementwise("token+position embedding, dropout", fwd, bin_, bwt)]
     params = v * h + spec.positions * h
     activation = t * INDEX_BYTES + t * h * MASK_BYTES   # ids (for the scatter) + dropout mask
-    return Layer("embedding", ops, params, activation, t * h * dt)
+    return Layer("embedding", ops, params, activation, t * h * dt, input_saved_bytes=t * INDEX_BYTES)
 
 
 def bert_embedding(spec: TransformerSpec, b, dt):
@@ -243,7 +255,7 @@ def bert_embedding(spec: TransformerSpec, b, dt):
     params = v * h + spec.positions * h + types * h + 2 * h
     # word ids + type ids, layer-norm input, dropout mask
     activation = 2 * t * INDEX_BYTES + t * h * dt + t * h * MASK_BYTES
-    return Layer("embedding", ops, params, activation, t * h * dt)
+    return Layer("embedding", ops, params, activation, t * h * dt, input_saved_bytes=2 * t * INDEX_BYTES)
 
 
 def cross_entropy(t, v, dt):
@@ -264,7 +276,7 @@ def gpt_head(spec: TransformerSpec, b, dt):
     params = 2 * h + h * v                    # final LN + untied LM head (no bias)
     # LN input, LM-head input, fp32 logits/softmax kept by the loss (Korthikanti et al. 4sbv)
     activation = 2 * t * h * dt + t * v * max(dt, LOSS_DTYPE_BYTES)
-    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES)
+    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES, input_saved_bytes=t * h * dt)
 
 
 def bert_head(spec: TransformerSpec, b, dt):
@@ -284,7 +296,8 @@ def bert_head(spec: TransformerSpec, b, dt):
     activation = (2 * b * h * dt                        # pooler input, tanh output
                   + 4 * t * h * dt                      # dense in, GELU in, LN in, decoder in
                   + t * v * max(dt, LOSS_DTYPE_BYTES))  # fp32 logits/softmax
-    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES)
+    # the MLM dense input is the head's input
+    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES, input_saved_bytes=t * h * dt)
 
 
 def transformer_layers(spec: TransformerSpec, dt):
@@ -395,7 +408,7 @@ def resnet_stem(b, dt):
                   + e1 * dt                   # bn1 input
                   + e1 * dt                   # relu output (relu and max-pool backward)
                   + ep * INDEX_BYTES)         # max-pool indices
-    return Layer("stem", ops, params, activation, ep * dt), hp
+    return Layer("stem", ops, params, activation, ep * dt, input_saved_bytes=b * 3 * img * img * dt), hp
 
 
 def resnet_bottleneck(name, b, cin, planes, stride, hin, dt):
@@ -422,8 +435,8 @@ def resnet_bottleneck(name, b, cin, planes, stride, hin, dt):
         saved += e3
     # residual add (read 2, write 1; its backward only forwards dY) + in-place relu
     ops += [elementwise("add", 3 * e3 * dt, 0.0), relu("relu", e3, dt)]
-    # The block's final relu output is the next layer's input and is counted there.
-    return Layer(name, ops, params, saved * dt, e3 * dt), hout
+    # x is the block's input; the final relu output (kept by the relu backward) is its output.
+    return Layer(name, ops, params, saved * dt, e3 * dt, input_saved_bytes=b * cin * hin * hin * dt), hout
 
 
 def resnet_head(b, dt, hin):
@@ -438,7 +451,7 @@ def resnet_head(b, dt, hin):
     activation = (e * dt                                   # last relu output (relu backward)
                   + b * c * dt                             # fc input
                   + b * RESNET_CLASSES * LOSS_DTYPE_BYTES)  # fp32 softmax
-    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES)
+    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES, input_saved_bytes=e * dt)
 
 
 def resnet152_layers(dt):
@@ -461,9 +474,9 @@ RESNET_DESCRIPTION = (
     "ResNet-152 (He et al. 2016; torchvision v1.5 layout, stride on the 3x3 conv) at 224x224, "
     f"micro-batch {RESNET_MICROBATCH} images, bf16 mixed precision: layers are the stem "
     "(conv 7x7/2 + BN + ReLU + max-pool 3x3/2), the 50 bottleneck blocks conv2_1..conv5_3 "
-    "(3/8/36/3) and the head (global average pool + fc 1000 + loss); a block's activation bytes "
-    "count its input and the BN inputs and ReLU outputs it saves; the block's last ReLU output is "
-    "counted as the next layer's input")
+    "(3/8/36/3) and the head (global average pool + fc 1000 + loss); a layer's activation bytes "
+    "are what its forward adds and keeps: the BN inputs and ReLU outputs it saves and its output "
+    "(a block's last ReLU output), not its input")
 
 
 # --------------------------------------------------------------------------------------------
@@ -606,10 +619,13 @@ TRANSFORMER_FORMULAS = (
     "Block forward FLOPs 24*b*s*h^2*(1 + s/(6h)) (Narayanan et al. 2021), backward 2x forward, "
     "of which the weight gradient (backward_weight_ms) is the four weight GEMMs' 24*b*s*h^2; "
     "elementwise work (layer norms, softmax, GELU, dropout, residual adds, embedding gathers and "
-    "the dense embedding gradient) is memory-bound. Activation bytes without recomputation: "
-    "{act}, plus the embedding's "
-    "dropout mask and token ids and, for the head, its layer inputs and the fp32 logits kept by "
-    "the loss (4*s*b*V bytes, as in Korthikanti et al.). param_bytes: {pb} bytes per parameter; "
+    "the dense embedding gradient) is memory-bound. Activation bytes (what a layer's forward adds "
+    "and keeps for its backward: the tensors saved other than its input, and its output; the "
+    "input is counted once, by the layer before or by the stage) without recomputation: "
+    "{act} (Korthikanti's count includes the block's input, the same size as the output that "
+    "replaces it here); the embedding's dropout mask and output; for the head its LM-head input, "
+    "the fp32 logits kept by the loss (4*s*b*V bytes, as in Korthikanti et al.) and the loss. "
+    "param_bytes: {pb} bytes per parameter; "
     "output_bytes: {ob}*s*b*h for embedding and blocks, 4 (fp32 loss) for the head. "
     "input_bytes: {inp}.")
 

@@ -24,9 +24,10 @@ ctest --test-dir build-core --output-on-failure -j "$(nproc)"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
   -DGPIPE_WERROR=ON -DGPIPE_WITH_TORCH=OFF -DGPIPE_SANITIZE=address,undefined -DGPIPE_BUILD_BENCHMARKS=OFF ${CMAKE_ARGS:-}
 cmake --build build-asan
-# Without the Python regeneration check (no C++ in it); halt_on_error: the first report fails.
+# Without the Python regeneration check and the docs' commands (the core build ran them);
+# halt_on_error: the first report fails.
 ASAN_OPTIONS=halt_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E profiles_regenerate_check
+  ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -E "profiles_regenerate_check|docs_commands"
 # Fuzzing is not part of a normal run (the inputs it once crashed on are: core_tests replays them);
 # GPIPE_FUZZ_SECONDS=5 adds a smoke run of every fuzz target (scripts/fuzz.sh).
 if [ -n "${GPIPE_FUZZ_SECONDS:-}" ]; then bash scripts/fuzz.sh "$GPIPE_FUZZ_SECONDS"; fi

@@ -21,6 +21,19 @@ std::string StagesOf(const Plan& plan, int rank, bool layers) {
   return text;
 }
 
+// The ranks whose peak exceeds the device's memory, as "rank 0 by 858.68 MiB, rank 3 by 1.20 GiB";
+// empty when every rank fits.
+std::string Overflows(const Plan& plan, const SimResult& result) {
+  const double limit = static_cast<double>(plan.cluster.device_memory_bytes);
+  std::string text;
+  for (size_t r = 0; r < result.ranks.size(); ++r) {
+    const double peak = result.ranks[r].peak_memory_bytes;
+    if (peak <= limit) continue;
+    text += (text.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " by " + FormatBytes(peak - limit);
+  }
+  return text;
+}
+
 }  // namespace
 
 double GpipeBubble(int ranks, int microbatches) {
@@ -49,7 +62,12 @@ nlohmann::json SimResultToJson(const Plan& plan, const SimResult& result) {
                      {"memory_limit_bytes", limit},
                      {"fits", rank.peak_memory_bytes <= limit}});
   }
-  return {{"step_time_ms", result.step_time_ms},
+  double most = 0;
+  for (const RankResult& rank : result.ranks) most = std::max(most, rank.peak_memory_bytes);
+  return {{"fits", most <= limit},
+          {"memory_limit_bytes", limit},
+          {"peak_memory_bytes", most},
+          {"step_time_ms", result.step_time_ms},
           {"bubble_fraction", result.bubble_fraction},
           {"throughput_samples_per_s", result.throughput_samples_per_s},
           {"gpipe_closed_form_bubble", GpipeBubble(plan.num_ranks(), plan.microbatches)},
@@ -77,6 +95,12 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
          " ranks, " + std::to_string(plan.num_stages()) + " stages, M=" + std::to_string(plan.microbatches) +
          " micro-batches of " + std::to_string(plan.microbatch_size()) + " (global batch " +
          std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) + "\n";
+  const std::string overflows = Overflows(plan, result);
+  if (!overflows.empty()) {
+    out += "DOES NOT FIT: peak memory exceeds the device's " + FormatMemoryLimit(static_cast<double>(plan.cluster.device_memory_bytes)) +
+           " on " + overflows + ". The step time below is what it would be with enough memory; 'gpipe-plan plan' "
+           "finds plans that fit (docs/memory.md).\n";
+  }
   if (!costs.profile_note.empty()) out += "note: " + costs.profile_note + "\n";
   if (!costs.calibration_note.empty()) out += "beyond layers: " + costs.calibration_note + "\n";
   out += "\n";
@@ -88,13 +112,11 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
   const double limit = static_cast<double>(plan.cluster.device_memory_bytes);
   out += Pad("rank", 5) + Pad("stages", 8) + Pad("layers", 12) + Pad("busy", 11) + Pad("idle", 7) +
          Pad("peak memory", 12) + Pad("= model state", 15) + Pad("+ activations", 14) + Pad("+ buffers", 11) +
-         "of " + FormatBytes(limit) + "\n";
-  bool over = false;
+         "of " + FormatMemoryLimit(limit) + "\n";
   for (int r = 0; r < ranks; ++r) {
     const RankResult& rank = result.ranks[r];
     const double idle = result.step_time_ms > 0 ? 1.0 - rank.busy_ms / result.step_time_ms : 0.0;
     const bool fits = rank.peak_memory_bytes <= limit;
-    over = over || !fits;
     out += Pad(std::to_string(r), 5) + Pad(StagesOf(plan, r, false), 8) + Pad(StagesOf(plan, r, true), 12) +
            Pad(FormatMs(rank.busy_ms), 11) + Pad(Format("%.1f%%", 100.0 * idle), 7) +
            Pad(FormatBytes(rank.peak_memory_bytes), 12) + Pad(FormatBytes(rank.static_bytes), 15) +
@@ -108,10 +130,6 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
     for (double ms : costs.allreduce_ms) allreduce = std::max(allreduce, ms);
     out += "gradient all-reduce across " + std::to_string(plan.replicas) + " replicas (" +
            PlacementName(plan.placement) + "): up to " + FormatMs(allreduce) + " after each rank's last backward\n";
-  }
-  if (over) {
-    out += "\nThis plan does not fit in device memory: turn on remat for the overflowing stages, "
-           "use more micro-batches (smaller ones), or more stages.\n";
   }
   return out;
 }

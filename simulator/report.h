@@ -17,10 +17,13 @@ namespace gpipe {
 /// GPipe's closed-form bubble for K equal stages and M micro-batches: (K-1)/(M+K-1).
 double GpipeBubble(int ranks, int microbatches);
 
+/// Carries "fits" (every rank's peak within the device's memory), "memory_limit_bytes" and
+/// "peak_memory_bytes" (the largest over the ranks).
 nlohmann::json SimResultToJson(const Plan& plan, const SimResult& result);
 
 /// A table a person reads: the plan, step time, throughput, bubble against the closed form, and
-/// per rank its stages, busy time and peak memory against the device's limit.
+/// per rank its stages, busy time and peak memory against the device's limit. A plan that does
+/// not fit says so on its third line, before any figure ("DOES NOT FIT: ...").
 std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const SimResult& result);
 
 /// "simulated: gpt3-13b, 1f1b, K=8, M=32" for trace and picture titles.

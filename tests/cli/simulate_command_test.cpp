@@ -38,6 +38,30 @@ TEST(SimulateCommand, JsonHasTheContractKeys) {
   }
 }
 
+// A plan that does not fit says so before any figure, and --json carries it.
+TEST(SimulateCommand, APlanThatDoesNotFitSaysSoFirst) {
+  const Outcome o = Cli({"simulate", kPlans + "gpt3-13b-8xa100-interleaved-over-memory.json"});
+  ASSERT_EQ(o.code, kExitOk) << o.err;
+  const size_t says = o.out.find("DOES NOT FIT: peak memory exceeds the device's 80 GB = 74.51 GiB on rank ");
+  ASSERT_NE(says, std::string::npos) << o.out;
+  EXPECT_LT(says, o.out.find("step time")) << o.out;
+  const Outcome json = Cli({"simulate", kPlans + "gpt3-13b-8xa100-interleaved-over-memory.json", "--json"});
+  ASSERT_EQ(json.code, kExitOk) << json.err;
+  const nlohmann::json j = nlohmann::json::parse(json.out);
+  EXPECT_FALSE(j["fits"].get<bool>());
+  EXPECT_GT(j["peak_memory_bytes"].get<double>(), j["memory_limit_bytes"].get<double>());
+}
+
+// Every other shipped example plan fits its devices.
+TEST(SimulateCommand, ShippedExamplePlansFit) {
+  for (const char* name : {"gpt3-13b-8xa100-1f1b.json", "gpt3-13b-8xa100-zb-h1.json", "tiny-gpt-gpipe.json",
+                           "tiny-gpt-1f1b-remat.json"}) {
+    const Outcome o = Cli({"simulate", kPlans + name, "--json"});
+    ASSERT_EQ(o.code, kExitOk) << name << ": " << o.err;
+    EXPECT_TRUE(nlohmann::json::parse(o.out)["fits"].get<bool>()) << name;
+  }
+}
+
 TEST(SimulateCommand, WritesTraceAndSvg) {
   const std::string dir = testing::TempDir();
   const Outcome o = Cli({"simulate", kPlans + "gpt3-13b-8xa100-zb-h1.json", "--trace", dir + "/t.json", "--svg",

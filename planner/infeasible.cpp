@@ -1,0 +1,151 @@
+#include "planner/infeasible.h"
+
+#include <algorithm>
+
+#include "core/units.h"
+
+namespace gpipe {
+namespace {
+
+int RematStages(const Plan& plan) {
+  return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(), [](const StagePlan& s) { return s.remat; }));
+}
+
+std::string Describe(const Plan& plan) {
+  const int64_t size = plan.microbatch_size();
+  return std::string(ScheduleName(plan.schedule)) + ", K=" + std::to_string(plan.num_ranks()) +
+         (plan.replicas > 1 ? ", D=" + std::to_string(plan.replicas) : std::string()) + ", M=" +
+         std::to_string(plan.microbatches) + " micro-batches of " + std::to_string(size) + " sample" +
+         (size == 1 ? "" : "s") + ", remat on " + std::to_string(RematStages(plan)) + " of " +
+         std::to_string(plan.num_stages()) + " stages";
+}
+
+bool Fits(const SearchRequest& request, int devices, double* least_bytes) {
+  Expected<LeastMemory> least = LeastMemoryOn(request, devices);
+  if (!least.ok()) return false;
+  *least_bytes = least->peak_bytes;
+  return least->peak_bytes <= static_cast<double>(request.cluster.device_memory_bytes);
+}
+
+}  // namespace
+
+InfeasibleReport ExplainInfeasible(const SearchRequest& request) {
+  InfeasibleReport report;
+  report.limit_bytes = static_cast<double>(request.cluster.device_memory_bytes);
+  report.devices = request.cluster.devices;
+  report.global_batch = request.global_batch;
+  report.remat_allowed = request.remat != RematPolicy::kOff;
+  report.pinned = request.ranks || request.replicas || request.microbatches || request.schedule || request.chunks;
+  if (Expected<LeastMemory> least = LeastMemoryOn(request, request.cluster.devices); least.ok()) {
+    report.least = std::move(*least);
+  }
+  SearchRequest free = request;
+  free.ranks.reset();
+  free.replicas.reset();
+  free.microbatches.reset();
+  free.schedule.reset();
+  free.chunks.reset();
+  free.progress = nullptr;
+  report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()));
+
+  // Changes on these devices, each kept only when a plan then fits; remat and the optimizer are
+  // checked with the pins kept, so each change is one the user can make alone.
+  double bytes = 0;
+  if (report.pinned && Fits(free, request.cluster.devices, &bytes)) {
+    report.changes.push_back({"fewer pins (leave --stages, --replicas, --microbatches, --schedule, --chunks to the search)",
+                              "", bytes});
+  }
+  if (request.remat == RematPolicy::kOff) {
+    SearchRequest remat = request;
+    remat.remat = RematPolicy::kAuto;
+    if (Fits(remat, request.cluster.devices, &bytes)) {
+      report.changes.push_back({"--remat auto", "recomputes the forward of the stages that need it: a longer step", bytes});
+    }
+  }
+  // Optimizers with less state, the one closest to the chosen first.
+  std::vector<Optimizer> lighter;
+  for (Optimizer o : {Optimizer::kAdamMixed, Optimizer::kAdam, Optimizer::kMomentum, Optimizer::kSgd}) {
+    if (StaticBytesPerParamByte(o) < StaticBytesPerParamByte(request.optimizer)) lighter.push_back(o);
+  }
+  for (Optimizer o : lighter) {
+    SearchRequest other = request;
+    other.optimizer = o;
+    if (Fits(other, request.cluster.devices, &bytes)) {
+      report.changes.push_back({std::string("--optimizer ") + OptimizerName(o),
+                                "less optimizer state per parameter; it changes how the model trains", bytes});
+      break;
+    }
+  }
+  return report;
+}
+
+std::string FormatInfeasible(const InfeasibleReport& report) {
+  std::string out = "No plan fits in " + FormatMemoryLimit(report.limit_bytes) + " per device on " +
+                    std::to_string(report.devices) + " devices at global batch " + std::to_string(report.global_batch) +
+                    ".\n";
+  if (report.least) {
+    const LeastMemory& least = *report.least;
+    out += "The smallest plan with one stage per device" +
+           std::string(report.pinned ? " and the pinned dimensions" : "") + " needs " + FormatBytes(least.peak_bytes) +
+           " per device (" + Describe(least.plan) + "); rank " +
+           std::to_string(least.fullest_rank) + " holds " + FormatBytes(least.model_state_bytes) +
+           " model state (parameters, gradients, optimizer state) and " + FormatBytes(least.activation_bytes) +
+           " activations.\n";
+  }
+  if (report.fewest) {
+    const FewestDevicesResult& fewest = *report.fewest;
+    out += "Fewest devices that fit at this batch: " + std::to_string(fewest.devices) + "; the fastest plan there, " +
+           Describe(fewest.best.plan) + ", needs " + FormatBytes(fewest.best.peak_memory_bytes) +
+           " per device (run it with --devices " + std::to_string(fewest.devices) + ")" +
+           (fewest.proven ? "" : "; the search on one device fewer stopped at its node budget in some configurations") +
+           ".\n";
+  } else {
+    out += "No number of devices is enough at this batch: even one layer per device does not fit.\n";
+  }
+  if (!report.changes.empty()) {
+    out += "On these " + std::to_string(report.devices) + " devices a plan fits with:\n";
+    for (const FittingChange& change : report.changes) {
+      out += "  " + change.flags + ": least memory " + FormatBytes(change.least_bytes) +
+             (change.note.empty() ? "" : " (" + change.note + ")") + "\n";
+    }
+  } else {
+    out += "Nothing else makes a plan fit on these " + std::to_string(report.devices) + " devices: the least-memory " +
+           "plan already has one stage per device, micro-batches of one sample, 1F1B" +
+           (report.remat_allowed ? ", remat" : "") + ", and no optimizer with less state is enough.\n";
+  }
+  return out;
+}
+
+nlohmann::json InfeasibleJson(const InfeasibleReport& report) {
+  nlohmann::json json = {{"fits", false},
+                         {"memory_limit_bytes", report.limit_bytes},
+                         {"devices", report.devices},
+                         {"global_batch", report.global_batch},
+                         {"pinned", report.pinned}};
+  const auto plan_json = [](const Plan& plan) {
+    return nlohmann::json{{"schedule", ScheduleName(plan.schedule)},
+                          {"ranks", plan.num_ranks()},
+                          {"replicas", plan.replicas},
+                          {"microbatches", plan.microbatches},
+                          {"remat_stages", RematStages(plan)}};
+  };
+  json["least_memory_bytes"] = report.least ? nlohmann::json(report.least->peak_bytes) : nlohmann::json(nullptr);
+  json["least_memory_plan"] = report.least ? plan_json(report.least->plan) : nlohmann::json(nullptr);
+  json["fewest_devices"] = report.fewest ? nlohmann::json(report.fewest->devices) : nlohmann::json(nullptr);
+  if (report.fewest) {
+    nlohmann::json plan = plan_json(report.fewest->best.plan);
+    plan["peak_memory_bytes"] = report.fewest->best.peak_memory_bytes;
+    plan["step_time_ms"] = report.fewest->best.step_time_ms;
+    json["fewest_devices_plan"] = plan;
+  } else {
+    json["fewest_devices_plan"] = nullptr;
+  }
+  nlohmann::json changes = nlohmann::json::array();
+  for (const FittingChange& change : report.changes) {
+    changes.push_back({{"flags", change.flags}, {"note", change.note}, {"least_memory_bytes", change.least_bytes}});
+  }
+  json["changes"] = changes;
+  return json;
+}
+
+}  // namespace gpipe

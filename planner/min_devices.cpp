@@ -1,0 +1,123 @@
+#include "planner/min_devices.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/profile_sizes.h"
+#include "core/schedule/validate.h"
+#include "simulator/cost_model.h"
+#include "simulator/simulator.h"
+
+namespace gpipe {
+
+Cluster ResizedCluster(const Cluster& cluster, int devices) {
+  Cluster resized = cluster;
+  resized.devices = devices;
+  if (resized.devices_per_node && devices % *resized.devices_per_node != 0) resized.devices_per_node.reset();
+  std::erase_if(resized.links, [&](const LinkOverride& o) { return o.from >= devices || o.to >= devices; });
+  return resized;
+}
+
+namespace {
+
+// LeastMemoryOn; the fullest rank's parts (one simulation) only when `with_parts`.
+Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with_parts) {
+  const int replicas = request.replicas.value_or(1);
+  const int ranks = request.ranks.value_or(std::min(devices / replicas, request.profile.num_layers()));
+  if (ranks < 1) {
+    return Status::Usage("--replicas " + std::to_string(replicas) + " needs more than " + std::to_string(devices) +
+                         " devices");
+  }
+  const int64_t per_replica = request.global_batch / replicas;
+  const int microbatches = request.microbatches.value_or(static_cast<int>(std::min<int64_t>(per_replica, 1 << 20)));
+  const Cluster cluster = ResizedCluster(request.cluster, devices);
+  const Profile profile = MeasuredMicrobatchSizes(request.profile).size() > 1
+                              ? ProfileAtMicrobatch(request.profile, per_replica / microbatches)
+                              : request.profile;
+  PartitionProblem problem;
+  problem.profile = &profile;
+  problem.cluster = &cluster;
+  problem.schedule = request.schedule && *request.schedule != ScheduleKind::kInterleaved1F1B ? *request.schedule
+                                                                                             : ScheduleKind::k1F1B;
+  // The search tries only GPipe on one rank unless a schedule is pinned (search.cpp); so does
+  // this, so that the least memory is that of a plan the search would return.
+  if (ranks == 1 && !request.schedule) problem.schedule = ScheduleKind::kGpipe;
+  problem.ranks = ranks;
+  problem.replicas = replicas;
+  problem.microbatches = microbatches;
+  problem.global_batch = request.global_batch;
+  problem.optimizer = request.optimizer;
+  problem.remat = request.remat;
+  problem.memory_limit_bytes = static_cast<double>(cluster.device_memory_bytes);
+  if (request.placement) problem.placement = *request.placement;
+  Expected<LeastMemoryResult> least = LeastMemoryPartition(problem);
+  if (!least.ok()) return least.status();
+  LeastMemory answer;
+  answer.plan = least->plan;
+  answer.plan.cluster = cluster;
+  answer.peak_bytes = least->peak_bytes;
+  if (!with_parts) return answer;
+  // The fullest rank's parts, from the simulator itself.
+  Expected<Schedule> schedule = BuildSchedule(answer.plan);
+  Expected<CostModel> costs = BuildCostModel(answer.plan);
+  if (schedule.ok() && costs.ok()) {
+    Expected<SimResult> sim = Simulate(*schedule, *costs);
+    if (sim.ok()) {
+      for (size_t r = 0; r < sim->ranks.size(); ++r) {
+        if (sim->ranks[r].peak_memory_bytes > sim->ranks[answer.fullest_rank].peak_memory_bytes) {
+          answer.fullest_rank = static_cast<int>(r);
+        }
+      }
+      answer.model_state_bytes = sim->ranks[answer.fullest_rank].static_bytes;
+      answer.activation_bytes = sim->ranks[answer.fullest_rank].peak_activation_bytes;
+    }
+  }
+  return answer;
+}
+
+}  // namespace
+
+Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices) { return Least(request, devices, true); }
+
+std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices) {
+  const double limit = static_cast<double>(request.cluster.device_memory_bytes);
+  const int replicas = request.replicas.value_or(1);
+  int found = 0;
+  for (int devices = request.cluster.devices + 1; devices <= max_devices && found == 0; ++devices) {
+    if (devices % replicas != 0) continue;
+    Expected<LeastMemory> least = Least(request, devices, false);
+    if (least.ok() && least->peak_bytes <= limit) found = devices;
+  }
+  if (found == 0) return std::nullopt;
+  const auto search_on = [&](int devices) {
+    SearchRequest on = request;
+    on.cluster = ResizedCluster(request.cluster, devices);
+    on.progress = nullptr;
+    return SearchPlans(on);
+  };
+  FewestDevicesResult result;
+  Expected<SearchResult> at = search_on(found);
+  // Fewer devices may do with plans the least-memory program does not cover (interleaved).
+  for (int fewer = found - 1; fewer > request.cluster.devices && at.ok() && at->best; --fewer) {
+    Expected<SearchResult> below = search_on(fewer);
+    if (!below.ok() || !below->best) {
+      result.proven = below.ok() && below->proven_optimal;
+      break;
+    }
+    found = fewer;
+    at = std::move(below);
+  }
+  result.devices = found;
+  if (at.ok() && at->best) {
+    result.best = *at->best;
+  } else {  // the search stopped at its budget without a plan: the least-memory plan fits
+    Expected<LeastMemory> least = LeastMemoryOn(request, found);
+    if (!least.ok()) return std::nullopt;
+    Expected<Candidate> candidate = Evaluate(least->plan, false);
+    if (!candidate.ok()) return std::nullopt;
+    result.best = *candidate;
+  }
+  return result;
+}
+
+}  // namespace gpipe
