@@ -1,7 +1,5 @@
 // gpipe-plan profile --model MODEL -o PROFILE.json: measure every layer of a model on this device.
 #include <algorithm>
-#include <cstdlib>
-#include <filesystem>
 #include <ostream>
 #include <sstream>
 #include <thread>
@@ -13,8 +11,6 @@
 #include "core/text.h"
 #include "core/units.h"
 #ifdef GPIPE_WITH_TORCH
-#include "core/json_reader.h"
-#include "executor/launcher.h"
 #include "executor/profiler.h"
 #include "executor/step_cost_prober.h"
 #include "compare/pipeline_probe.h"

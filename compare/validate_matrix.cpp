@@ -10,9 +10,7 @@
 #include "core/files.h"
 #include "core/statistics.h"
 #include "core/text.h"
-#include "executor/launcher.h"
 #include "executor/profiler.h"
-#include "planner/report.h"
 #include "planner/search.h"
 
 namespace gpipe {

@@ -1,5 +1,6 @@
 #include "core/step_costs.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/json_reader.h"
@@ -30,15 +31,11 @@ Calibration StepCosts::AsCalibration(const std::string& optimizer) const {
   Calibration c;
   for (const Measured& scale : compute_scale) c.compute_scale.push_back(scale.median);
   c.step_overhead_ms = step_overhead_ms.median;
-  c.forward_overhead_ms = {forward_overhead_ms.median};
-  c.backward_overhead_ms = {backward_overhead_ms.median};
-  if (!action_gap_ms.empty()) {
-    c.forward_overhead_ms.clear();
-    c.backward_overhead_ms.clear();
-    for (const Measured& gap : action_gap_ms) {
-      c.forward_overhead_ms.push_back(forward_overhead_ms.median + gap.median);
-      c.backward_overhead_ms.push_back(backward_overhead_ms.median + gap.median);
-    }
+  // One entry per ranks-per-node count the gap was measured for; one for all without it.
+  for (size_t n = 0; n < std::max<size_t>(1, action_gap_ms.size()); ++n) {
+    const double gap = action_gap_ms.empty() ? 0.0 : action_gap_ms[n].median;
+    c.forward_overhead_ms.push_back(forward_overhead_ms.median + gap);
+    c.backward_overhead_ms.push_back(backward_overhead_ms.median + gap);
   }
   auto it = optimizer_ms_per_gib.find(optimizer == "adam-mixed" ? "adam" : optimizer);
   if (it != optimizer_ms_per_gib.end()) c.optimizer_ms_per_gib = it->second.median;
