@@ -43,6 +43,12 @@ class RunCommand : public Command {
     app.add_option("--timeout", timeout_s_, "Seconds any rank waits for another before giving up with an error")
         ->check(CLI::Range(1, 86400));
     app.add_flag("--in-process", in_process_, "Run every rank as a thread of this process (no c10d; for checks)");
+    app.add_option("--wire", wire_,
+                   "With --in-process: exact (messages matched by tag) or nccl (NCCL's rules: one ordered queue per "
+                   "pair, tags ignored, a send done only when received; a plan that would hang on NCCL stops with "
+                   "\"would deadlock on NCCL\")")
+        ->check(CLI::IsMember({"exact", "nccl"}))
+        ->capture_default_str();
     app.add_option("--nnodes", nnodes_, "Machines in the job (run one launcher on each)")->check(CLI::Range(1, 1 << 16));
     app.add_option("--node-rank", node_rank_, "This machine's index among --nnodes")->check(CLI::Range(0, 1 << 16));
     app.add_option("--master-addr", master_addr_, "Where rank 0 serves the rendezvous (default 127.0.0.1: loopback only)");
@@ -52,6 +58,8 @@ class RunCommand : public Command {
         "  gpipe-plan run build/tiny-gpt-plan.json --model models/tiny-gpt.json --steps 20 --record run.json\n"
         "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --checkpoint-every 5\n"
         "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --resume --steps 40\n"
+        "  check a plan under NCCL's rules on the CPU before a GPU run:\n"
+        "    gpipe-plan run PLAN.json --model models/tiny-gpt.json --in-process --wire nccl --steps 2\n"
         "  two machines: gpipe-plan run PLAN.json --model M --nnodes 2 --node-rank 0|1 --master-addr HOST --master-port 29500\n"
         "  under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS set), each process joins the job.\n"
         "One process per rank (K x D of the plan), Gloo on CPU, NCCL on GPUs. A progress line per step shows\n"
@@ -79,6 +87,11 @@ class RunCommand : public Command {
     settings.checkpoint_dir = checkpoint_dir_;
     settings.checkpoint_every = checkpoint_every_ > 0 ? checkpoint_every_ : (checkpoint_dir_.empty() ? 0 : steps_);
     settings.resume = resume_;
+    settings.wire = wire_;
+    if (wire_ != "exact" && !in_process_) {
+      return Fail(err, "run", Status::Usage("--wire applies to --in-process runs; a job of processes uses c10d "
+                                            "(Gloo on CPU, NCCL with --device cuda)"));
+    }
     if (in_process_) {
       Expected<RunRecord> record = executor::TrainInProcess(*plan, *model, settings);
       if (!record.ok()) return Fail(err, "run", record.status());
@@ -164,6 +177,7 @@ class RunCommand : public Command {
   int steps_ = 10, threads_ = 1, checkpoint_every_ = 0, nnodes_ = 1, node_rank_ = 0, master_port_ = 0;
   double timeout_s_ = 60;
   bool resume_ = false, in_process_ = false;
+  std::string wire_ = "exact";
   PictureFlags pictures_;
 };
 

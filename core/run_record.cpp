@@ -13,7 +13,7 @@ namespace {
 
 const std::set<std::string> kKnownTop = {"format", "model", "plan", "schedule", "device", "backend",
                                          "threads_per_rank", "global_batch", "microbatches", "num_ranks",
-                                         "replicas", "memory_measure", "steps", "throughput_samples_per_s",
+                                         "replicas", "memory_measure", "clock", "steps", "throughput_samples_per_s",
                                          "ranks"};
 
 template <typename T, typename Parse>
@@ -178,6 +178,10 @@ Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::str
   record.num_ranks = static_cast<int>(r.OptionalInteger("num_ranks", 1, INT32_MAX, 1));
   record.replicas = static_cast<int>(r.OptionalInteger("replicas", 1, INT32_MAX, 1));
   record.memory_measure = r.OptionalString("memory_measure", "");
+  record.clock = r.OptionalString("clock", "host");
+  if (record.clock != "host" && record.clock != "cuda-events") {
+    return Status::Invalid("run record: clock is \"" + record.clock + "\"; expected \"host\" or \"cuda-events\"");
+  }
   record.throughput_samples_per_s = r.Number("throughput_samples_per_s", 0.0);
   if (!r.status().ok()) return r.status();
   GPIPE_RETURN_IF_ERROR(ReadList(r, "steps", record.steps, StepFromJson));
@@ -202,6 +206,7 @@ nlohmann::json RunRecordToJson(const RunRecord& record) {
   json["num_ranks"] = record.num_ranks;
   json["replicas"] = record.replicas;
   if (!record.memory_measure.empty()) json["memory_measure"] = record.memory_measure;
+  json["clock"] = record.clock;
   nlohmann::json steps = nlohmann::json::array();
   for (const StepRecord& s : record.steps) {
     steps.push_back({{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}});

@@ -60,7 +60,8 @@ struct RunRecord {
   std::string model;
   std::string plan;
   std::string schedule;
-  /// "cpu" or "cuda"; "gloo", "nccl" or "in-process".
+  /// "cpu" or "cuda"; "gloo", "nccl", "in-process" (tags matched exactly) or "nccl-emulated"
+  /// (in-process under NCCL's rules, executor/nccl_emulation.h).
   std::string device = "cpu";
   std::string backend = "gloo";
   int threads_per_rank = 1;
@@ -70,6 +71,9 @@ struct RunRecord {
   int replicas = 1;
   /// What peak_memory_bytes counts, in words.
   std::string memory_measure;
+  /// What timed the actions and steps: "host" (steady clock) or "cuda-events" (events on the
+  /// compute stream, steps ended by a device synchronisation).
+  std::string clock = "host";
   std::vector<StepRecord> steps;
   /// ThroughputOf(steps, global_batch): samples per second at the median step after the first.
   double throughput_samples_per_s = 0;

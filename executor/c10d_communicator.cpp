@@ -1,5 +1,7 @@
 #include "executor/c10d_communicator.h"
 
+#include "core/schedule/wire.h"
+
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -28,13 +30,15 @@ std::string Describe(const std::exception& e) {
 
 class C10dWork final : public PendingWork {
  public:
+  // `timeout` zero: wait() without one, which on NCCL makes the current stream wait (c10d's
+  // timed wait would poll the host in 1 ms sleeps); NCCL's watchdog enforces the group's timeout.
   C10dWork(c10::intrusive_ptr<c10d::Work> work, std::string what, std::chrono::milliseconds timeout)
       : work_(std::move(work)), what_(std::move(what)), timeout_(timeout) {}
   // c10d's work may be waited for once; later waits return at once.
   void Wait() override {
     if (waited_) return;
     try {
-      if (!work_->wait(timeout_)) throw std::runtime_error("timed out");
+      if (!work_->wait(timeout_) && timeout_ != ::kNoTimeout) throw std::runtime_error("timed out");
     } catch (const std::exception& e) {
       throw std::runtime_error(what_ + " failed: " + Describe(e));
     }
@@ -54,6 +58,10 @@ class C10dCommunicator final : public Communicator {
   C10dCommunicator(c10::intrusive_ptr<c10d::Store> store, const RendezvousOptions& options)
       : store_(std::move(store)), options_(options) {
     world_ = MakeGroup(store_, options.rank, options.world_size);
+    if (options.nccl) {
+      to_higher_ = MakeGroup(c10::make_intrusive<c10d::PrefixStore>("to-higher", store_), options.rank, options.world_size);
+      to_lower_ = MakeGroup(c10::make_intrusive<c10d::PrefixStore>("to-lower", store_), options.rank, options.world_size);
+    }
   }
 
   int rank() const override { return options_.rank; }
@@ -62,11 +70,14 @@ class C10dCommunicator final : public Communicator {
 
   std::unique_ptr<PendingWork> Send(const torch::Tensor& tensor, int peer, int tag) override {
     std::vector<at::Tensor> tensors{tensor};
-    return Wrap([&] { return world_->send(tensors, peer, tag); }, "send to rank " + std::to_string(peer));
+    c10d::Backend& group = Lane(peer > options_.rank);
+    return Wrap([&] { return group.send(tensors, peer, tag); }, "send of the " + TagToText(tag) + " to rank " + std::to_string(peer));
   }
   std::unique_ptr<PendingWork> Recv(const torch::Tensor& into, int peer, int tag) override {
     std::vector<at::Tensor> tensors{into};
-    return Wrap([&] { return world_->recv(tensors, peer, tag); }, "receive from rank " + std::to_string(peer));
+    c10d::Backend& group = Lane(peer < options_.rank);
+    return Wrap([&] { return group.recv(tensors, peer, tag); },
+                "receive of the " + TagToText(tag) + " from rank " + std::to_string(peer));
   }
   void AllReduceSum(torch::Tensor& tensor, const std::vector<int>& group) override {
     c10::intrusive_ptr<c10d::Backend>& backend = groups_[group];
@@ -82,7 +93,13 @@ class C10dCommunicator final : public Communicator {
     std::vector<at::Tensor> tensors{tensor};
     Wrap([&] { return backend->allreduce(tensors); }, "sum over ranks " + c10::str(group))->Wait();
   }
-  void Barrier() override { Wrap([&] { return world_->barrier(); }, "barrier")->Wait(); }
+  void Barrier() override {
+    c10d::BarrierOptions barrier;
+    // On the bound GPU: left alone, NCCL's barrier guesses a device from the rank.
+    if (options_.nccl) barrier.device_ids = {options_.device_index};
+    std::unique_ptr<PendingWork> work = Wrap([&] { return world_->barrier(barrier); }, "barrier");
+    work->Wait();
+  }
   std::vector<std::string> GatherToRankZero(const std::string& mine) override {
     const std::string round = "gather/" + std::to_string(gathers_++) + "/";
     store_->set(round + std::to_string(options_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
@@ -102,10 +119,15 @@ class C10dCommunicator final : public Communicator {
   }
 
  private:
+  // A message to a higher rank travels in one group, to a lower rank in the other (NCCL); Gloo
+  // matches by tag and needs one.
+  c10d::Backend& Lane(bool to_higher) { return !options_.nccl ? *world_ : to_higher ? *to_higher_ : *to_lower_; }
+
   template <typename Start>
   std::unique_ptr<PendingWork> Wrap(Start start, const std::string& what) {
     try {
-      return std::make_unique<C10dWork>(start(), "rank " + std::to_string(options_.rank) + ": " + what, options_.timeout);
+      return std::make_unique<C10dWork>(start(), "rank " + std::to_string(options_.rank) + ": " + what,
+                                        options_.nccl ? ::kNoTimeout : options_.timeout);
     } catch (const std::exception& e) {
       throw std::runtime_error("rank " + std::to_string(options_.rank) + ": " + what + " failed: " + Describe(e));
     }
@@ -135,6 +157,7 @@ class C10dCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Store> store_;
   RendezvousOptions options_;
   c10::intrusive_ptr<c10d::Backend> world_;
+  c10::intrusive_ptr<c10d::Backend> to_higher_, to_lower_;  // NCCL only
   std::map<std::vector<int>, c10::intrusive_ptr<c10d::Backend>> groups_;
   int gathers_ = 0;
 };

@@ -1,8 +1,11 @@
 // The wire between ranks, behind one narrow interface: point-to-point sends and receives that
 // overlap compute, a sum over a group of ranks (data-parallel gradients), and a barrier.
-// Implementations: c10d (Gloo on CPU, NCCL on GPUs; c10d_communicator.cpp) and an in-process hub
-// for tests where ranks are threads (local_communicator.cpp). Every wait is bounded: a peer that
-// died or stopped answering turns into an error naming it, never a hang.
+// Implementations: c10d (Gloo on CPU, NCCL on GPUs; c10d_communicator.cpp), an in-process hub
+// for tests where ranks are threads (local_communicator.cpp, tags matched exactly) and an
+// in-process wire with NCCL's rules (nccl_emulation.cpp). The executor posts a pair's receives in
+// the order of its sends (core/schedule/wire.h), which is what NCCL, ignoring tags, needs; tags
+// (core/schedule/wire.h's MessageTag) are for Gloo and for errors. Every wait is bounded: a peer
+// that died or stopped answering turns into an error naming it, never a hang.
 #pragma once
 
 #include <chrono>
@@ -18,7 +21,9 @@ namespace gpipe::executor {
 class PendingWork {
  public:
   virtual ~PendingWork() = default;
-  /// Blocks until done; throws std::runtime_error naming the peer on failure or timeout.
+  /// Returns once the data may be used: on CPU the host blocks until done; on NCCL the current
+  /// CUDA stream waits for it (the host goes on queueing work). Throws std::runtime_error naming
+  /// the peer on failure or timeout.
   virtual void Wait() = 0;
   /// True once done (never blocks).
   virtual bool Done() = 0;
@@ -29,11 +34,11 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  /// "gloo", "nccl" or "in-process".
+  /// "gloo", "nccl", "in-process" or "nccl-emulated".
   virtual std::string backend() const = 0;
 
   /// Starts sending `tensor` to `peer`; the tensor must stay unchanged until the work is done.
-  /// Messages between two ranks with the same tag arrive in the order sent.
+  /// Messages from one rank to another arrive in the order sent; NCCL ignores `tag`.
   virtual std::unique_ptr<PendingWork> Send(const torch::Tensor& tensor, int peer, int tag) = 0;
   /// Starts receiving into `into` (allocated with the message's shape and dtype) from `peer`.
   virtual std::unique_ptr<PendingWork> Recv(const torch::Tensor& into, int peer, int tag) = 0;
@@ -44,9 +49,5 @@ class Communicator {
   /// Every rank passes a string; rank 0 gets all of them in rank order, the others nothing.
   virtual std::vector<std::string> GatherToRankZero(const std::string& mine) = 0;
 };
-
-/// The tag of a message: kind 0 activations, 1 gradients, 2 and 3 their shape headers; `stage` is
-/// the sending stage. REQUIRES: stage < 4096, microbatch < 4096.
-inline int MessageTag(int kind, int stage, int microbatch) { return (kind << 24) | (stage << 12) | microbatch; }
 
 }  // namespace gpipe::executor

@@ -6,11 +6,6 @@
 namespace gpipe::executor {
 namespace {
 
-constexpr int kActivation = 0;
-constexpr int kGradient = 1;
-constexpr int kHeaderOffset = 2;  // header of kind k travels with tag kind k + 2
-constexpr int kHeaderSize = 16;
-
 // The default generator of `device`, whose state a remat stage replays so that dropout masks of
 // the recomputed forward equal the first ones.
 at::Generator GeneratorOf(const torch::Device& device) { return at::globalContext().defaultGenerator(device); }
@@ -29,8 +24,16 @@ void RestoreRng(const torch::Device& device, const torch::Tensor& state) {
 
 }  // namespace
 
-StageRunner::StageRunner(RunnerConfig config, std::vector<StageSetup> stages, Communicator& comm)
-    : config_(std::move(config)), stages_(std::move(stages)), comm_(comm) {
+RankWire RankWireOf(const Schedule& schedule, int rank, WirePosting posting) {
+  RankWire wire;
+  wire.first_step = std::move(BuildWireProgram(schedule, true, posting).ranks[static_cast<size_t>(rank)]);
+  wire.later_steps = std::move(BuildWireProgram(schedule, false, posting).ranks[static_cast<size_t>(rank)]);
+  return wire;
+}
+
+StageRunner::StageRunner(RunnerConfig config, std::vector<StageSetup> stages, RankWire wire, Communicator& comm,
+                         ActionClock& clock)
+    : config_(std::move(config)), stages_(std::move(stages)), wire_(std::move(wire)), comm_(comm), clock_(clock) {
   for (size_t i = 0; i < stages_.size(); ++i) stage_index_[stages_[i].stage] = i;
 }
 
@@ -46,8 +49,6 @@ bool StageRunner::IsLocal(int stage) const { return config_.stage_process[static
 
 bool StageRunner::HasLastStage() const { return stage_index_.count(config_.num_stages - 1) > 0; }
 
-double StageRunner::StepLoss() const { return HasLastStage() ? loss_sum_ / config_.microbatches : 0.0; }
-
 std::vector<torch::Tensor> StageRunner::Parameters() const {
   std::vector<torch::Tensor> params;
   for (const StageSetup& stage : stages_) {
@@ -56,43 +57,52 @@ std::vector<torch::Tensor> StageRunner::Parameters() const {
   return params;
 }
 
-double StageRunner::Now() const {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start_).count();
-}
-
-void StageRunner::BeginStep(const Batch& replica_batch, std::chrono::steady_clock::time_point step_start) {
+void StageRunner::BeginStep(const Batch& replica_batch) {
   // Only the first stage reads the inputs and only the last the targets: a rank holds neither
   // unless it runs that stage (the memory model counts no batch on the others).
   batch_ = {IsLocal(0) ? replica_batch.input.to(config_.device) : torch::Tensor(),
             IsLocal(config_.num_stages - 1) ? replica_batch.target.to(config_.device) : torch::Tensor()};
-  step_start_ = step_start;
-  loss_sum_ = 0;
+  loss_sum_ = torch::Tensor();
+  step_loss_ = 0;
 }
 
-ActionTime StageRunner::Execute(const std::vector<Action>& actions, size_t index) {
+ActionMarks StageRunner::Execute(const std::vector<Action>& actions, size_t index) {
   const Action& a = actions[index];
+  const std::vector<WireStep>& steps = (first_step_ ? wire_.first_step : wire_.later_steps).at(index);
   ReapSends();
+  size_t k = 0;
+  // Receives posted ahead for the next compute action overlap this one and are not its time.
   if (IsCompute(a.op)) {
-    for (size_t j = index + 1; j < actions.size() && !IsCompute(actions[j].op); ++j) {
-      if (IsRecv(actions[j].op)) PostReceive(actions[j], /*only_if_shape_known=*/true);
+    for (; k < steps.size() && steps[k].op == WireOp::kPostRecv; ++k) RunStep(a, steps[k]);
+  }
+  marks_ = ActionMarks();
+  marks_.start = clock_.Mark();
+  for (; k < steps.size(); ++k) RunStep(a, steps[k]);
+  marks_.end = clock_.Mark();
+  return marks_;
+}
+
+void StageRunner::RunStep(const Action& a, const WireStep& step) {
+  switch (step.op) {
+    case WireOp::kPostRecv: PostReceive(step.message); return;
+    case WireOp::kRecvHeader: ReceiveHeader(step.message); return;
+    case WireOp::kWaitRecv: {
+      auto it = incoming_.find(step.message);
+      if (it == incoming_.end()) throw std::logic_error("the " + MessageToText(step.message) + " was never posted");
+      it->second.work->Wait();
+      return;
     }
+    case WireOp::kSendHeader: SendHeader(a); return;
+    case WireOp::kSend: Send(a); return;
+    case WireOp::kCompute: break;
   }
-  ActionTime time;
-  recompute_ms_ = 0;
-  time.start_ms = Now();
   switch (a.op) {
-    case Op::kForward: Forward(a); break;
-    case Op::kBackward: Backward(a); break;
-    case Op::kBackwardInput: BackwardInput(a); break;
-    case Op::kBackwardWeight: BackwardWeight(a); break;
-    case Op::kSendActivation: Send(a); break;
-    case Op::kSendGradient: Send(a); break;
-    case Op::kRecvActivation: Receive(a); break;
-    case Op::kRecvGradient: Receive(a); break;
+    case Op::kForward: Forward(a); return;
+    case Op::kBackward: Backward(a); return;
+    case Op::kBackwardInput: BackwardInput(a); return;
+    case Op::kBackwardWeight: BackwardWeight(a); return;
+    default: throw std::logic_error("the wire program computes at " + ActionToText(a));
   }
-  time.end_ms = Now();
-  time.recompute_ms = recompute_ms_;
-  return time;
 }
 
 torch::Tensor StageRunner::RunLayers(StageSetup& stage, torch::Tensor x, std::vector<torch::Tensor>* boundaries) {
@@ -118,7 +128,7 @@ void StageRunner::Forward(const Action& a) {
   } else if (IsLocal(a.stage - 1)) {
     x = m.input;  // handed over by the previous stage's forward
   } else {
-    x = TakeIncoming(kActivation, a.stage - 1, a.microbatch);
+    x = TakeIncoming({MessageKind::kActivation, a.stage - 1, a.microbatch});
   }
   if (!x.defined()) throw std::logic_error("no input for " + ActionToText(a));
   torch::Tensor out;
@@ -134,7 +144,9 @@ void StageRunner::Forward(const Action& a) {
   }
   if (IsLast(a.stage)) {
     torch::Tensor loss = LossOf(*config_.model, out, Target(a.microbatch));
-    loss_sum_ += loss.detach().item<double>();
+    // Summed on the device and read once per step: an item() here would stall every micro-batch.
+    const torch::Tensor l = loss.detach().to(torch::kDouble);
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + l : l;
     if (!stage.remat) m.root = loss * config_.loss_scale;
     return;
   }
@@ -150,7 +162,7 @@ torch::Tensor StageRunner::PrepareBackward(const Action& a, bool keep_boundaries
   StageSetup& stage = Stage(a.stage);
   Micro& m = MicroOf(a.stage, a.microbatch);
   if (stage.remat) {
-    const double start = Now();
+    marks_.recompute_start = clock_.Mark();
     torch::Tensor now_state = SaveRng(config_.device);
     RestoreRng(config_.device, *m.rng_state);
     torch::Tensor x = IsFirst(a.stage) ? m.input : m.input.detach().requires_grad_(true);
@@ -159,7 +171,7 @@ torch::Tensor StageRunner::PrepareBackward(const Action& a, bool keep_boundaries
     torch::Tensor out = RunLayers(stage, x, keep_boundaries ? &m.boundaries : nullptr);
     RestoreRng(config_.device, now_state);
     m.root = IsLast(a.stage) ? LossOf(*config_.model, out, Target(a.microbatch)) * config_.loss_scale : out;
-    recompute_ms_ = Now() - start;
+    marks_.recompute_end = clock_.Mark();
   }
   if (!m.root.defined()) throw std::logic_error("backward before forward at " + ActionToText(a));
   return m.root;
@@ -172,7 +184,7 @@ torch::Tensor StageRunner::GradOutput(const Action& a) {
     if (!m.grad_output.defined()) throw std::logic_error("no output gradient for " + ActionToText(a));
     return m.grad_output;
   }
-  m.grad_output = TakeIncoming(kGradient, a.stage + 1, a.microbatch);
+  m.grad_output = TakeIncoming({MessageKind::kGradient, a.stage + 1, a.microbatch});
   return m.grad_output;
 }
 
@@ -195,15 +207,21 @@ void StageRunner::Backward(const Action& a) {
     torch::autograd::backward({root});
   }
   HandBackInputGrad(a, IsFirst(a.stage) ? torch::Tensor() : MicroOf(a.stage, a.microbatch).input.grad());
-  ReleaseMicro(a);
+  FinishBackward(a);
 }
 
-void StageRunner::ReleaseMicro(const Action& a) {
-  auto it = micro_.find({a.stage, a.microbatch});
-  if (it == micro_.end()) return;
-  torch::Tensor to_send = std::move(it->second.to_send);
-  micro_.erase(it);
-  if (to_send.defined()) MicroOf(a.stage, a.microbatch).to_send = std::move(to_send);
+void StageRunner::FinishBackward(const Action& a) {
+  Micro& m = MicroOf(a.stage, a.microbatch);
+  Micro done;
+  done.to_send = std::move(m.to_send);
+  done.backward_done = true;
+  m = std::move(done);
+  ReleaseIfDone(a.stage, a.microbatch);
+}
+
+void StageRunner::ReleaseIfDone(int stage, int microbatch) {
+  auto it = micro_.find({stage, microbatch});
+  if (it != micro_.end() && it->second.backward_done && !it->second.to_send.defined()) micro_.erase(it);
 }
 
 void StageRunner::BackwardInput(const Action& a) {
@@ -222,71 +240,56 @@ void StageRunner::BackwardInput(const Action& a) {
 
 void StageRunner::BackwardWeight(const Action& a) {
   MicroOf(a.stage, a.microbatch).weight_pass.Run();
-  ReleaseMicro(a);
+  FinishBackward(a);
+}
+
+int StageRunner::PeerOf(const Message& m) const {
+  return config_.stage_process[static_cast<size_t>(IsLocal(m.from_stage) ? m.to_stage() : m.from_stage)];
+}
+
+void StageRunner::SendHeader(const Action& a) {
+  const Message m = MessageOf(a);
+  const Micro& micro = MicroOf(a.stage, a.microbatch);
+  if (!micro.to_send.defined()) throw std::logic_error("nothing to send at " + ActionToText(a));
+  Expected<torch::Tensor> header = EncodeShapeHeader(micro.to_send);
+  if (!header.ok()) throw std::runtime_error(header.status().message());
+  const Message h{m.kind, m.from_stage, 0, true};
+  outgoing_.push_back({*header, comm_.Send(*header, PeerOf(h), MessageTag(h))});
 }
 
 void StageRunner::Send(const Action& a) {
-  const int kind = a.op == Op::kSendActivation ? kActivation : kGradient;
-  const int peer_stage = kind == kActivation ? a.stage + 1 : a.stage - 1;
-  const int peer = config_.stage_process[static_cast<size_t>(peer_stage)];
-  Micro& m = MicroOf(a.stage, a.microbatch);
-  if (!m.to_send.defined()) throw std::logic_error("nothing to send at " + ActionToText(a));
-  torch::Tensor tensor = m.to_send.contiguous();
-  m.to_send = torch::Tensor();
-  if (header_sent_.insert({kind, a.stage}).second) {
-    torch::Tensor header = torch::zeros({kHeaderSize}, torch::kLong);
-    header[0] = tensor.dim();
-    header[1] = static_cast<int64_t>(tensor.scalar_type());
-    for (int64_t d = 0; d < tensor.dim(); ++d) header[2 + d] = tensor.size(d);
-    header = header.to(config_.device);
-    outgoing_.push_back({header, comm_.Send(header, peer, MessageTag(kind + kHeaderOffset, a.stage, 0))});
+  const Message m = MessageOf(a);
+  Micro& micro = MicroOf(a.stage, a.microbatch);
+  if (!micro.to_send.defined()) throw std::logic_error("nothing to send at " + ActionToText(a));
+  torch::Tensor tensor = micro.to_send.contiguous();
+  micro.to_send = torch::Tensor();
+  outgoing_.push_back({tensor, comm_.Send(tensor, PeerOf(m), MessageTag(m))});
+  ReleaseIfDone(a.stage, a.microbatch);
+}
+
+void StageRunner::ReceiveHeader(const Message& m) {
+  torch::Tensor buffer = ShapeHeaderBuffer(config_.device);
+  comm_.Recv(buffer, PeerOf(m), MessageTag(m))->Wait();
+  Expected<ShapeHeader> header = DecodeShapeHeader(buffer);
+  if (!header.ok()) {
+    throw std::runtime_error("the " + MessageToText(m) + " from rank " + std::to_string(PeerOf(m)) + ": " +
+                             header.status().message());
   }
-  outgoing_.push_back({tensor, comm_.Send(tensor, peer, MessageTag(kind, a.stage, a.microbatch))});
-  // Nothing of this micro-batch is left on a stage whose backward is done.
-  auto it = micro_.find({a.stage, a.microbatch});
-  if (it != micro_.end() && !it->second.input.defined() && !it->second.root.defined()) micro_.erase(it);
+  shapes_[{m.kind, m.from_stage}] = *header;
 }
 
-std::tuple<int, int, int> StageRunner::IncomingKey(const Action& a) {
-  const int kind = a.op == Op::kRecvActivation ? kActivation : kGradient;
-  return {kind, kind == kActivation ? a.stage - 1 : a.stage + 1, a.microbatch};
+void StageRunner::PostReceive(const Message& m) {
+  auto shape = shapes_.find({m.kind, m.from_stage});
+  if (shape == shapes_.end()) throw std::logic_error("a receive of the " + MessageToText(m) + " was posted before its shape header");
+  if (incoming_.count(m) > 0) throw std::logic_error("the " + MessageToText(m) + " was posted twice");
+  torch::Tensor buffer = shape->second.EmptyOn(config_.device);
+  std::unique_ptr<PendingWork> work = comm_.Recv(buffer, PeerOf(m), MessageTag(m));
+  incoming_.emplace(m, Incoming{buffer, std::move(work)});
 }
 
-void StageRunner::PostReceive(const Action& a, bool only_if_shape_known) {
-  const auto key = IncomingKey(a);
-  const auto [kind, from_stage, microbatch] = key;
-  if (incoming_.count(key) > 0) return;
-  auto shape = shapes_.find({kind, from_stage});
-  if (shape == shapes_.end()) {
-    if (only_if_shape_known) return;
-    const int peer = config_.stage_process[static_cast<size_t>(from_stage)];
-    torch::Tensor header = torch::zeros({kHeaderSize}, torch::TensorOptions().dtype(torch::kLong).device(config_.device));
-    comm_.Recv(header, peer, MessageTag(kind + kHeaderOffset, from_stage, 0))->Wait();
-    header = header.cpu();
-    const int64_t dims = header[0].item<int64_t>();
-    if (dims < 0 || dims > kHeaderSize - 2) throw std::runtime_error("bad shape header from rank " + std::to_string(peer));
-    std::vector<int64_t> sizes;
-    for (int64_t d = 0; d < dims; ++d) sizes.push_back(header[2 + d].item<int64_t>());
-    shape = shapes_.emplace(std::make_pair(kind, from_stage),
-                            std::make_pair(sizes, static_cast<c10::ScalarType>(header[1].item<int64_t>()))).first;
-  }
-  const int peer = config_.stage_process[static_cast<size_t>(from_stage)];
-  torch::Tensor buffer = torch::empty(shape->second.first, torch::TensorOptions().dtype(shape->second.second).device(config_.device));
-  std::unique_ptr<PendingWork> work = comm_.Recv(buffer, peer, MessageTag(kind, from_stage, microbatch));
-  incoming_.emplace(key, Incoming{buffer, std::move(work)});
-}
-
-void StageRunner::Receive(const Action& a) {
-  PostReceive(a, /*only_if_shape_known=*/false);
-  incoming_.at(IncomingKey(a)).work->Wait();
-}
-
-torch::Tensor StageRunner::TakeIncoming(int kind, int stage, int microbatch) {
-  auto it = incoming_.find({kind, stage, microbatch});
-  if (it == incoming_.end()) {
-    throw std::logic_error("no receive was posted for the " + std::string(kind == kActivation ? "activation" : "gradient") +
-                           " of stage " + std::to_string(stage) + ", micro-batch " + std::to_string(microbatch));
-  }
+torch::Tensor StageRunner::TakeIncoming(const Message& m) {
+  auto it = incoming_.find(m);
+  if (it == incoming_.end()) throw std::logic_error("no receive was posted for the " + MessageToText(m));
   it->second.work->Wait();
   torch::Tensor tensor = it->second.buffer;
   incoming_.erase(it);
@@ -302,7 +305,9 @@ void StageRunner::ReapSends() {
 void StageRunner::FinishStep() {
   for (Outgoing& o : outgoing_) o.work->Wait();
   outgoing_.clear();
-  if (!incoming_.empty()) throw std::logic_error("a receive was posted but never used in this step");
+  if (!incoming_.empty()) {
+    throw std::logic_error("the " + MessageToText(incoming_.begin()->first) + " was received but never used in this step");
+  }
   for (auto it = micro_.begin(); it != micro_.end();) {
     const Micro& m = it->second;
     if (m.input.defined() || m.root.defined() || m.to_send.defined()) {
@@ -311,6 +316,8 @@ void StageRunner::FinishStep() {
     }
     it = micro_.erase(it);
   }
+  first_step_ = false;
+  step_loss_ = HasLastStage() && loss_sum_.defined() ? loss_sum_.item<double>() / config_.microbatches : 0.0;
 }
 
 }  // namespace gpipe::executor

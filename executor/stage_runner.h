@@ -9,26 +9,29 @@
 //   zb-h1:    I keeps the graph and the gradients arriving at each parameterised operation until
 //             W starts there (executor/split_backward.h), so that W computes weight gradients only.
 // Stages on the same rank (interleaved 1F1B with K = 1) hand tensors over in memory.
-// The first message on each stage boundary and direction carries a shape header; later ones are
-// received straight into buffers posted one compute action ahead, so receives overlap compute;
-// a RECV action waits for its message, so its measured time is the time the rank sat idle.
+// The wire follows the rank's WireProgram (core/schedule/wire.h), the same one the NCCL dry run
+// proves: each action performs its wire steps in order, so receives are posted one compute action
+// ahead and in the order the peer sends; the first step of a run carries a shape header
+// (executor/shape_header.h) before the first message of each stage boundary and direction. A RECV
+// action waits for its message, so its measured time is the time the rank (or its stream) sat idle.
 #pragma once
 
 #include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
-#include <tuple>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "core/model.h"
 #include "core/schedule/schedule.h"
+#include "core/schedule/wire.h"
+#include "executor/action_clock.h"
 #include "executor/communicator.h"
 #include "executor/data.h"
 #include "executor/layers.h"
+#include "executor/shape_header.h"
 #include "executor/split_backward.h"
 
 namespace gpipe::executor {
@@ -53,26 +56,39 @@ struct RunnerConfig {
   bool split_backward = false;
 };
 
-/// When one action ran, in ms from the start of the step.
-struct ActionTime {
-  double start_ms = 0;
-  double end_ms = 0;
-  double recompute_ms = 0;
+/// This rank's wire steps for each of its actions: in a run's first step and in later ones.
+struct RankWire {
+  std::vector<std::vector<WireStep>> first_step;
+  std::vector<std::vector<WireStep>> later_steps;
+};
+/// Rank `rank`'s part of both programs of `schedule`.
+RankWire RankWireOf(const Schedule& schedule, int rank, WirePosting posting = WirePosting::kAheadInSenderOrder);
+
+/// When one action ran: ActionClock marks, read once the step is over. recompute marks are -1
+/// unless the action recomputed a forward (remat).
+struct ActionMarks {
+  int start = -1;
+  int end = -1;
+  int recompute_start = -1;
+  int recompute_end = -1;
 };
 
 class StageRunner {
  public:
-  StageRunner(RunnerConfig config, std::vector<StageSetup> stages, Communicator& comm);
+  /// `clock` times the actions (the trainer begins and ends its steps).
+  StageRunner(RunnerConfig config, std::vector<StageSetup> stages, RankWire wire, Communicator& comm,
+              ActionClock& clock);
 
   /// Starts a step on this replica's share of the global batch ([M * b] samples).
-  void BeginStep(const Batch& replica_batch, std::chrono::steady_clock::time_point step_start);
-  /// Runs `actions[index]`; before a compute action, posts the receives that the next compute
-  /// action needs, so that they arrive while this one runs.
-  ActionTime Execute(const std::vector<Action>& actions, size_t index);
-  /// Waits for the sends still in flight and checks that every micro-batch was finished.
+  void BeginStep(const Batch& replica_batch);
+  /// Runs `actions[index]` with its wire steps; a compute action's receives posted ahead are not
+  /// part of its time.
+  ActionMarks Execute(const std::vector<Action>& actions, size_t index);
+  /// Waits for the sends still in flight, checks that every micro-batch was finished and reads
+  /// the step's loss off the device (once per step).
   void FinishStep();
-  /// Mean of the micro-batch losses of this step (last stage only; 0 elsewhere).
-  double StepLoss() const;
+  /// Mean of the micro-batch losses of the finished step (last stage only; 0 elsewhere).
+  double StepLoss() const { return step_loss_; }
   bool HasLastStage() const;
 
   std::vector<torch::Tensor> Parameters() const;
@@ -88,6 +104,7 @@ class StageRunner {
     torch::Tensor grad_output;
     torch::Tensor to_send;
     std::optional<torch::Tensor> rng_state;
+    bool backward_done = false;  // B, or W after I, has run: only a gradient still to send stays
   };
   struct Incoming {
     torch::Tensor buffer;
@@ -104,19 +121,21 @@ class StageRunner {
   bool IsFirst(int stage) const { return stage == 0; }
   bool IsLast(int stage) const { return stage == config_.num_stages - 1; }
 
+  void RunStep(const Action& a, const WireStep& step);
   void Forward(const Action& a);
   void Backward(const Action& a);
   void BackwardInput(const Action& a);
   void BackwardWeight(const Action& a);
+  /// The process rank at the other end of `m`.
+  int PeerOf(const Message& m) const;
+  void PostReceive(const Message& m);
+  void ReceiveHeader(const Message& m);
+  void SendHeader(const Action& a);
   void Send(const Action& a);
-  void PostReceive(const Action& a, bool only_if_shape_known);
-  /// A RECV action: posts the receive if it is not yet, and waits for it (its time is the wait).
-  void Receive(const Action& a);
-  /// The (kind, sending stage, micro-batch) a RECV action waits for.
-  static std::tuple<int, int, int> IncomingKey(const Action& a);
-  /// Drops what a micro-batch kept on its stage once its backward is done, except a gradient
-  /// still waiting for its SEND_B.
-  void ReleaseMicro(const Action& a);
+  /// The one way a micro-batch leaves a stage: once its backward is done and nothing is left to
+  /// send, nothing of it stays.
+  void FinishBackward(const Action& a);
+  void ReleaseIfDone(int stage, int microbatch);
 
   torch::Tensor RunLayers(StageSetup& stage, torch::Tensor x, std::vector<torch::Tensor>* boundaries);
   torch::Tensor Target(int microbatch) const;
@@ -124,24 +143,25 @@ class StageRunner {
   torch::Tensor PrepareBackward(const Action& a, bool keep_boundaries);
   torch::Tensor GradOutput(const Action& a);
   void HandBackInputGrad(const Action& a, const torch::Tensor& grad);
-  torch::Tensor TakeIncoming(int kind, int stage, int microbatch);
+  torch::Tensor TakeIncoming(const Message& m);
   void ReapSends();
-  double Now() const;
 
   RunnerConfig config_;
   std::vector<StageSetup> stages_;
   std::map<int, size_t> stage_index_;
+  RankWire wire_;
   Communicator& comm_;
+  ActionClock& clock_;
 
   Batch batch_;
-  std::chrono::steady_clock::time_point step_start_;
+  bool first_step_ = true;  // the run's first step carries the shape headers
   std::map<std::pair<int, int>, Micro> micro_;
-  std::map<std::tuple<int, int, int>, Incoming> incoming_;
+  std::map<Message, Incoming> incoming_;
   std::vector<Outgoing> outgoing_;
-  std::map<std::pair<int, int>, std::pair<std::vector<int64_t>, c10::ScalarType>> shapes_;
-  std::set<std::pair<int, int>> header_sent_;
-  double loss_sum_ = 0;
-  double recompute_ms_ = 0;
+  std::map<std::pair<MessageKind, int>, ShapeHeader> shapes_;  // by (kind, sending stage)
+  torch::Tensor loss_sum_;  // on the device, summed over the step's micro-batches
+  double step_loss_ = 0;
+  ActionMarks marks_;
 };
 
 }  // namespace gpipe::executor

@@ -53,17 +53,22 @@ std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const Prof
   std::unique_ptr<Communicator> comm = MakeLocalCommunicator(hub, 0);
   std::vector<StageSetup> stages(1);
   stages[0].layers = std::move(layers);
-  StageRunner runner(config, std::move(stages), *comm);
-  const std::vector<Action> actions = GenerateGpipe(1, kMicrobatches).ranks[0];
+  const Schedule schedule = GenerateGpipe(1, kMicrobatches);
+  ActionClock clock(settings.device);
+  StageRunner runner(config, std::move(stages), RankWireOf(schedule, 0), *comm, clock);
+  const std::vector<Action>& actions = schedule.ranks[0];
   std::vector<double> forward, backward;
   for (int round = 0; round < settings.warmup + settings.repeats; ++round) {
     double run_f = 0, run_b = 0, direct_f = 0, direct_b = 0;
-    runner.BeginStep(batch, std::chrono::steady_clock::now());
-    for (size_t i = 0; i < actions.size(); ++i) {
-      const ActionTime t = runner.Execute(actions, i);
-      (actions[i].op == Op::kForward ? run_f : run_b) += t.end_ms - t.start_ms;
-    }
+    clock.BeginStep();
+    runner.BeginStep(batch);
+    std::vector<ActionMarks> marks;
+    for (size_t i = 0; i < actions.size(); ++i) marks.push_back(runner.Execute(actions, i));
     runner.FinishStep();
+    clock.EndStep();
+    for (size_t i = 0; i < actions.size(); ++i) {
+      (actions[i].op == Op::kForward ? run_f : run_b) += clock.At(marks[i].end) - clock.At(marks[i].start);
+    }
     std::vector<torch::Tensor> losses;
     for (int m = 0; m < kMicrobatches; ++m) {
       direct_f += DeviceTimeMs(settings.device, [&] {

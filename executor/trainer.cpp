@@ -5,6 +5,7 @@
 #include <functional>
 #include <sstream>
 
+#include "executor/action_clock.h"
 #include "executor/checkpoint.h"
 #include "executor/data.h"
 #include "executor/layers.h"
@@ -14,17 +15,16 @@
 namespace gpipe::executor {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Sums gradients (and the loss, on last-stage ranks) over the replicas of this pipeline rank.
 double SumOverReplicas(Communicator& comm, const std::vector<int>& group, std::vector<torch::Tensor> params,
-                       bool has_loss, double loss) {
+                       bool has_loss, double loss, const torch::Device& device) {
   std::vector<torch::Tensor> pieces;
   for (torch::Tensor& p : params) {
     if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);  // a parameter the step did not reach
     pieces.push_back(p.grad().reshape({-1}));
   }
-  if (has_loss) pieces.push_back(torch::full({1}, loss, params.empty() ? torch::TensorOptions() : params[0].options()));
+  // On the rank's device even when the stage has no parameters: NCCL takes GPU tensors only.
+  if (has_loss) pieces.push_back(torch::full({1}, loss, torch::TensorOptions().dtype(torch::kFloat).device(device)));
   torch::Tensor flat = torch::cat(pieces);
   comm.AllReduceSum(flat, group);
   int64_t offset = 0;
@@ -110,7 +110,9 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   config.loss_scale = 1.0 / (static_cast<double>(M) * D);
   config.device = options.device;
   config.split_backward = plan.schedule == ScheduleKind::kZbH1;
-  StageRunner runner(config, std::move(stages), comm);
+  ActionClock clock(options.device);
+  outcome.clock = clock.name();
+  StageRunner runner(config, std::move(stages), RankWireOf(lowered, prank, options.posting), comm, clock);
   outcome.record.parameter_bytes = meter.CurrentBytes();  // the layers as built, nothing else yet
   outcome.has_last_stage = runner.HasLastStage();
   const std::vector<torch::Tensor> params = runner.Parameters();
@@ -154,26 +156,32 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
     size_t index = 0;
     try {
       comm.Barrier();
-      const Clock::time_point start = Clock::now();
+      clock.BeginStep();
       optimizer->zero_grad(/*set_to_none=*/true);
       meter.ResetPeak();
       outcome.record.step_start_memory_bytes.push_back(meter.CurrentBytes());
       Batch batch = Slice(data->GlobalBatch(step, plan.global_batch), replica * replica_batch, replica_batch);
-      runner.BeginStep(batch, start);
+      runner.BeginStep(batch);
       int64_t step_peak = meter.CurrentBytes();
+      std::vector<std::pair<ActionMarks, ActionRecord>> timed;  // times are read once the step is over
       for (index = 0; index < actions.size(); ++index) {
         meter.ResetPeak();  // each action's own peak; the step's is their maximum
-        ActionTime t = runner.Execute(actions, index);
+        const ActionMarks marks = runner.Execute(actions, index);
         step_peak = std::max(step_peak, meter.PeakBytes());
-        outcome.record.actions.push_back(
-            {step, actions[index], t.start_ms, t.end_ms, t.recompute_ms, meter.CurrentBytes(), meter.PeakBytes()});
+        timed.push_back({marks, {step, actions[index], 0, 0, 0, meter.CurrentBytes(), meter.PeakBytes()}});
       }
       meter.ResetPeak();
       runner.FinishStep();
       double loss = runner.StepLoss();
-      if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss);
+      if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss, options.device);
       optimizer->step();
-      const double time_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+      const double time_ms = clock.EndStep();
+      for (auto& [marks, action] : timed) {
+        action.start_ms = clock.At(marks.start);
+        action.end_ms = clock.At(marks.end);
+        if (marks.recompute_start >= 0) action.recompute_ms = clock.At(marks.recompute_end) - clock.At(marks.recompute_start);
+        outcome.record.actions.push_back(action);
+      }
       outcome.steps.push_back({step, loss, time_ms});
       step_peak = std::max(step_peak, meter.PeakBytes());
       outcome.record.step_peak_memory_bytes.push_back(step_peak);
@@ -220,7 +228,10 @@ RunRecord MergeOutcomes(const Plan& plan, const ModelSpec& model, std::vector<Ra
   record.microbatches = plan.microbatches;
   record.num_ranks = plan.num_ranks();
   record.replicas = plan.replicas;
-  if (!outcomes.empty()) record.memory_measure = outcomes.front().memory_measure;
+  if (!outcomes.empty()) {
+    record.memory_measure = outcomes.front().memory_measure;
+    record.clock = outcomes.front().clock;
+  }
   const RankOutcome* loss_rank = nullptr;
   for (const RankOutcome& o : outcomes) {
     if (o.has_last_stage && o.record.replica == 0) loss_rank = &o;

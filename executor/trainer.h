@@ -14,6 +14,7 @@
 #include "core/plan.h"
 #include "core/run_record.h"
 #include "core/schedule/schedule.h"
+#include "core/schedule/wire.h"
 #include "core/status.h"
 #include "executor/communicator.h"
 
@@ -27,6 +28,8 @@ struct TrainOptions {
   int checkpoint_every = 0;
   /// Continue from the latest checkpoint in checkpoint_dir (error when there is none).
   bool resume = false;
+  /// How receives are posted; only tests choose the design before lanes, to show it deadlocks.
+  WirePosting posting = WirePosting::kAheadInSenderOrder;
   /// Called on every rank after each step with (step, steps, loss, step time); loss is meaningful
   /// on ranks that hold the last stage.
   std::function<void(int, int, double, double)> on_step;
@@ -40,6 +43,8 @@ struct RankOutcome {
   std::vector<StepRecord> steps;
   bool has_last_stage = false;
   std::string memory_measure;
+  /// ActionClock::name() of the clock that timed it.
+  std::string clock = "host";
   /// The rank's parameters after training, in stage and layer order (for tests).
   std::vector<torch::Tensor> parameters;
 };

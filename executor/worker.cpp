@@ -12,6 +12,7 @@
 #include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/local_communicator.h"
+#include "executor/nccl_emulation.h"
 
 namespace gpipe::executor {
 namespace {
@@ -36,7 +37,8 @@ nlohmann::json OutcomeToJson(const RankOutcome& o) {
   return {{"record", RankRecordToJson(o.record)},
           {"steps", steps},
           {"has_last_stage", o.has_last_stage},
-          {"memory_measure", o.memory_measure}};
+          {"memory_measure", o.memory_measure},
+          {"clock", o.clock}};
 }
 
 Expected<RankOutcome> OutcomeFromJson(const std::string& text) {
@@ -52,6 +54,7 @@ Expected<RankOutcome> OutcomeFromJson(const std::string& text) {
     }
     o.has_last_stage = json.at("has_last_stage").get<bool>();
     o.memory_measure = json.at("memory_measure").get<std::string>();
+    o.clock = json.at("clock").get<std::string>();
   } catch (const std::exception& e) {
     return Status::Invalid(std::string("a rank sent an unreadable record: ") + e.what());
   }
@@ -75,6 +78,7 @@ TrainOptions OptionsFrom(const RunSettings& settings) {
   options.checkpoint_dir = settings.checkpoint_dir;
   options.checkpoint_every = settings.checkpoint_every;
   options.resume = settings.resume;
+  options.posting = settings.posting;
   return options;
 }
 
@@ -132,7 +136,11 @@ Expected<Schedule> CheckRunnable(const Plan& plan, const ModelSpec& model, int w
                            " does not split into D x M = " + std::to_string(plan.replicas * plan.microbatches) +
                            " equal micro-batches");
   }
-  return BuildSchedule(plan);
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  if (!schedule.ok()) return schedule.status();
+  // What NCCL needs of the wire, proven before any rank starts (Gloo needs less).
+  GPIPE_RETURN_IF_ERROR(CheckWireOnNccl(*schedule));
+  return schedule;
 }
 
 Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& model, const WorkerEnv& env,
@@ -187,17 +195,34 @@ Expected<RunRecord> TrainInProcess(const Plan& plan, const ModelSpec& model, con
                                    std::vector<RankOutcome>* outcomes) {
   Expected<Schedule> schedule = CheckRunnable(plan, model, 0);
   if (!schedule.ok()) return schedule.status();
+  if (settings.wire != "exact" && settings.wire != "nccl") {
+    return Status::Usage("--wire " + settings.wire + ": use exact (tags matched exactly) or nccl (NCCL's rules)");
+  }
+  TrainOptions options = OptionsFrom(settings);
+  if (settings.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      return Status::Invalid("--device cuda: this machine has no usable GPU (or LibTorch has no CUDA); use --device cpu");
+    }
+    options.device = torch::Device(torch::kCUDA, 0);
+  }
   const int world = plan.num_ranks() * plan.replicas;
-  auto hub = std::make_shared<LocalHub>(world, settings.timeout);
+  const bool nccl = settings.wire == "nccl";
+  auto exact = nccl ? nullptr : std::make_shared<LocalHub>(world, settings.timeout);
+  auto emulated = nccl ? std::make_shared<NcclHub>(world, settings.nccl_queues, settings.timeout) : nullptr;
   std::vector<std::optional<Expected<RankOutcome>>> results(static_cast<size_t>(world));
   std::vector<std::thread> threads;
-  const TrainOptions options = OptionsFrom(settings);
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       at::set_num_threads(settings.threads_per_rank);
-      std::unique_ptr<Communicator> comm = MakeLocalCommunicator(hub, r);
+      std::unique_ptr<Communicator> comm = nccl ? MakeNcclEmulation(emulated, r) : MakeLocalCommunicator(exact, r);
       Expected<RankOutcome> outcome = TrainRank(plan, model, *schedule, *comm, options);
-      if (!outcome.ok()) hub->Abort(outcome.status().message());
+      if (!outcome.ok()) {
+        if (nccl) {
+          emulated->Abort(outcome.status().message());
+        } else {
+          exact->Abort(outcome.status().message());
+        }
+      }
       results[static_cast<size_t>(r)] = std::move(outcome);
     });
   }
@@ -215,7 +240,8 @@ Expected<RunRecord> TrainInProcess(const Plan& plan, const ModelSpec& model, con
   }
   if (outcomes != nullptr) *outcomes = ok;
   RunRecord record = MergeOutcomes(plan, model, std::move(ok));
-  record.backend = "in-process";
+  record.device = settings.device;
+  record.backend = nccl ? "nccl-emulated" : "in-process";
   record.threads_per_rank = settings.threads_per_rank;
   return record;
 }

@@ -40,6 +40,13 @@ struct RunSettings {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool resume = false;
+  /// For TrainInProcess: "exact" (tags matched exactly, LocalHub) or "nccl" (NCCL's rules,
+  /// NcclHub with one queue per pair and direction, as the executor's two NCCL groups).
+  std::string wire = "exact";
+  /// Tests only: the NCCL wire's queues and the executor's posting, to show the design before
+  /// lanes (one queue per pair, receives in the receiver's order) deadlocks.
+  NcclQueues nccl_queues = NcclQueues::kPerDirection;
+  WirePosting posting = WirePosting::kAheadInSenderOrder;
 };
 
 /// The checks before any rank starts: the model's layers match the plan's profile, the batch
@@ -52,8 +59,8 @@ Expected<Schedule> CheckRunnable(const Plan& plan, const ModelSpec& model, int w
 Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& model, const WorkerEnv& env,
                                              const RunSettings& settings, std::ostream& progress);
 
-/// Every rank of the plan as a thread of this process, over the in-process wire (each thread one
-/// intra-op thread). `outcomes`, when given, receives each rank's outcome (with its parameters).
+/// Every rank of the plan as a thread of this process, over the in-process wire `settings.wire`
+/// (each thread one intra-op thread), on the CPU or all on GPU 0. `outcomes`, when given, receives each rank's outcome (with its parameters).
 Expected<RunRecord> TrainInProcess(const Plan& plan, const ModelSpec& model, const RunSettings& settings,
                                    std::vector<RankOutcome>* outcomes = nullptr);
 

@@ -1,8 +1,11 @@
 // Synchronous training does not depend on the cut: for every schedule, K in {1,2,3,4}, M in
 // {1,2,4,8}, remat on and off, the parameters after three pipelined steps (ranks as threads over
-// the in-process wire) equal those of one process training the whole batch, in fp32.
+// the in-process wire) equal those of one process training the whole batch, in fp32. The same
+// holds over the wire with NCCL's rules (K 2-4, M 1-8), where the design before lanes deadlocks.
+// GPIPE_TEST_DEVICE=cuda runs the pipelined side on GPU 0 (scripts/gpu-check.sh).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <tuple>
 
 #include "core/schedule/validate.h"
@@ -19,6 +22,14 @@ using testing::EvenPlan;
 using testing::TinyGpt;
 
 constexpr int kSteps = 3;
+
+// The device of the pipelined runs: GPIPE_TEST_DEVICE (cpu unless set to cuda).
+std::string TestDevice() {
+  const char* device = std::getenv("GPIPE_TEST_DEVICE");
+  return device != nullptr && std::string(device) == "cuda" ? "cuda" : "cpu";
+}
+// On GPU, cuDNN and cuBLAS sum in other orders than the CPU reference.
+double Tolerance(double cpu_atol) { return TestDevice() == "cuda" ? std::max(cpu_atol, 1e-4) : cpu_atol; }
 
 // Parameters of every layer after `steps` single-process steps on the whole batch.
 std::vector<std::vector<torch::Tensor>> Reference(const Plan& plan, const ModelSpec& model, int steps) {
@@ -63,14 +74,16 @@ void ExpectSameParameters(const Plan& plan, const std::vector<RankOutcome>& outc
 
 // Trains `plan` for kSteps over the in-process wire and checks every rank's parameters against
 // one process on the whole batch.
-void ExpectMatchesOneProcess(const Plan& plan, const ModelSpec& model, double atol) {
+void ExpectMatchesOneProcess(const Plan& plan, const ModelSpec& model, double atol, const std::string& wire = "exact") {
   RunSettings settings;
   settings.steps = kSteps;
+  settings.wire = wire;
+  settings.device = TestDevice();
   std::vector<RankOutcome> outcomes;
   Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
   ASSERT_TRUE(record.ok()) << record.status().message();
   ASSERT_EQ(record->steps.size(), static_cast<size_t>(kSteps));
-  ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), atol);
+  ExpectSameParameters(plan, outcomes, Reference(plan, model, kSteps), Tolerance(atol));
 }
 
 using Case = std::tuple<ScheduleKind, int, int, bool>;  // schedule, K, M, remat
@@ -101,6 +114,54 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, EquivalenceTest,
                                             ::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2, 4, 8),
                                             ::testing::Bool()),
                          CaseName);
+
+// Over the in-process wire with NCCL's rules (executor/nccl_emulation.h): one ordered queue per
+// pair and direction as the executor's two NCCL groups give, tags ignored, sends done only when
+// received. No plan hangs, and the parameters are those of one process.
+class NcclWireTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(NcclWireTest, ParametersMatchOneProcessUnderNcclRules) {
+  const auto [schedule, ranks, microbatches, remat] = GetParam();
+  const int chunks = schedule == ScheduleKind::kInterleaved1F1B ? 2 : 1;
+  const ModelSpec model = TinyGpt(/*blocks=*/6);
+  const Plan plan = EvenPlan(model.num_layers(), schedule, ranks, chunks, microbatches, /*replicas=*/1,
+                             /*global_batch=*/2 * microbatches, remat, Optimizer::kSgd);
+  const Expected<Schedule> shape = BuildSchedule(plan);
+  if (!shape.ok()) GTEST_SKIP() << shape.status().message();
+  ExpectMatchesOneProcess(plan, model, 2e-6, "nccl");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchedules, NcclWireTest,
+                         ::testing::Combine(::testing::Values(ScheduleKind::kGpipe, ScheduleKind::k1F1B,
+                                                              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1),
+                                            ::testing::Values(2, 3, 4), ::testing::Range(1, 9), ::testing::Bool()),
+                         CaseName);
+
+// The design before lanes (one NCCL group: a pair's sends and receives in one queue, receives
+// posted ahead in the receiver's own order) stops with "would deadlock on NCCL": 1F1B in its
+// steady state (step 1), GPipe once shapes are known and receives are posted ahead (step 2).
+TEST(NcclWireTest, TheDesignBeforeLanesWouldDeadlockOnNccl) {
+  const ModelSpec model = TinyGpt(/*blocks=*/2);
+  for (const auto& [schedule, microbatches] : {std::pair{ScheduleKind::k1F1B, 4}, std::pair{ScheduleKind::kGpipe, 2}}) {
+    const Plan plan = EvenPlan(model.num_layers(), schedule, 2, 1, microbatches, 1, 8, false, Optimizer::kSgd);
+    RunSettings settings;
+    settings.steps = 2;
+    settings.wire = "nccl";
+    settings.nccl_queues = NcclQueues::kSharedByPair;
+    settings.posting = WirePosting::kAheadInOwnOrder;
+    Expected<RunRecord> before = TrainInProcess(plan, model, settings);
+    ASSERT_FALSE(before.ok()) << ScheduleName(schedule);
+    EXPECT_NE(before.status().message().find("would deadlock on NCCL (one queue per pair of ranks)"), std::string::npos)
+        << before.status().message();
+    EXPECT_NE(before.status().message().find(schedule == ScheduleKind::kGpipe ? "step 1" : "step 0"), std::string::npos)
+        << before.status().message();
+    // The executor's design over the same wire with a queue per direction completes.
+    settings.nccl_queues = NcclQueues::kPerDirection;
+    settings.posting = WirePosting::kAheadInSenderOrder;
+    Expected<RunRecord> now = TrainInProcess(plan, model, settings);
+    EXPECT_TRUE(now.ok()) << now.status().message();
+  }
+}
 
 // Replicas: two pipelines of two stages each, summing gradients, match one process.
 TEST(EquivalenceTest, ReplicasMatchOneProcess) {
