@@ -1,6 +1,7 @@
 #include "executor/action_clock.h"
 
 #include <stdexcept>
+#include <thread>
 
 #ifdef GPIPE_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -21,7 +22,8 @@ struct ActionClock::Device {
 struct ActionClock::Device {};
 #endif
 
-ActionClock::ActionClock(const torch::Device& device) : device_(device) {
+ActionClock::ActionClock(const torch::Device& device, std::chrono::milliseconds deadline)
+    : device_(device), deadline_(deadline) {
 #ifdef GPIPE_WITH_CUDA
   if (device.is_cuda()) cuda_ = std::make_unique<Device>();
 #endif
@@ -60,6 +62,16 @@ double ActionClock::EndStep() {
 #ifdef GPIPE_WITH_CUDA
   if (cuda_ != nullptr) {
     const int end = Mark();
+    // The host polls only here, once per step, when it has nothing left to queue.
+    const auto since = std::chrono::steady_clock::now();
+    while (!cuda_->marks[static_cast<size_t>(end)]->query()) {
+      if (deadline_.count() > 0 && std::chrono::steady_clock::now() - since > deadline_) {
+        throw std::runtime_error("the GPU did not finish the step within " + std::to_string(deadline_.count() / 1000) +
+                                 " s of its last queued work: a stream waits for a message that never came "
+                                 "(is a peer rank stuck or dead?)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
     c10::cuda::device_synchronize();
     for (size_t i = 0; i < cuda_->used; ++i) cuda_->ms.push_back(cuda_->start.elapsed_time(*cuda_->marks[i]));
     return cuda_->ms[static_cast<size_t>(end)];

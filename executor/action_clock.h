@@ -16,7 +16,8 @@ namespace gpipe::executor {
 
 class ActionClock {
  public:
-  explicit ActionClock(const torch::Device& device);
+  /// `deadline`: how long EndStep waits for the device before it throws (CUDA; 0: forever).
+  explicit ActionClock(const torch::Device& device, std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
   ~ActionClock();
   ActionClock(const ActionClock&) = delete;
   ActionClock& operator=(const ActionClock&) = delete;
@@ -27,7 +28,9 @@ class ActionClock {
   void BeginStep();
   /// A point in the step; its time is known after EndStep.
   int Mark();
-  /// Ends the step (on CUDA: waits for the device) and returns its length in ms.
+  /// Ends the step (on CUDA: waits for the device) and returns its length in ms. Throws when the
+  /// device has not finished the step within the deadline (a stream waits for a message that
+  /// never comes), so that the error is ours, not a hang or NCCL's watchdog.
   double EndStep();
   /// The time of `mark` in ms from BeginStep. REQUIRES: EndStep was called after the mark.
   double At(int mark) const;
@@ -35,6 +38,7 @@ class ActionClock {
  private:
   struct Device;
   torch::Device device_;
+  std::chrono::milliseconds deadline_;
   std::chrono::steady_clock::time_point start_;
   std::vector<double> host_ms_;
   std::unique_ptr<Device> cuda_;  // null on CPU

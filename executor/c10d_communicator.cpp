@@ -137,7 +137,8 @@ class C10dCommunicator final : public Communicator {
 #ifdef GPIPE_WITH_NCCL
     if (options_.nccl) {
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = options_.timeout;
+      // Past the run's own deadline (ActionClock::EndStep), so that its error is the one printed.
+      nccl_options->timeout = options_.timeout + std::chrono::seconds(60);
       return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, nccl_options);
     }
 #endif

@@ -22,6 +22,18 @@ std::string Key(const StageSetup& stage, size_t layer, const std::string& name) 
   return "stage" + std::to_string(stage.stage) + "/" + std::to_string(layer) + "/" + name;
 }
 
+// Where the stages' tensors are now: the rank's device.
+torch::Device DeviceOfStages(std::vector<StageSetup>& stages) {
+  for (StageSetup& stage : stages) {
+    for (auto& layer : stage.layers) {
+      for (auto& [name, tensor] : layer->State()) {
+        if (tensor.defined()) return tensor.device();
+      }
+    }
+  }
+  return torch::kCPU;
+}
+
 }  // namespace
 
 Status SaveRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
@@ -94,11 +106,14 @@ Expected<std::optional<CheckpointInfo>> LatestCheckpoint(const std::string& dir)
 }
 
 Status LoadRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
-                     torch::optim::Optimizer& optimizer) {
+                     torch::optim::Optimizer& optimizer, std::optional<torch::Device> device) {
   const std::string path = RankFile(dir, step, rank);
+  const torch::Device target = device.value_or(DeviceOfStages(stages));
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path);
+    // Remaps every storage of the file, the optimizer's nested archive included, onto `target`
+    // (the optimizer's state was saved on the device it lived on, e.g. cuda:3).
+    archive.load_from(path, target);
     torch::NoGradGuard no_grad;
     for (StageSetup& stage : stages) {
       for (size_t i = 0; i < stage.layers.size(); ++i) {
@@ -109,7 +124,7 @@ Status LoadRankState(const std::string& dir, int step, int rank, std::vector<Sta
             return Status::Invalid(path + ": " + Key(stage, i, name) + " has shape " + c10::str(saved.sizes()) +
                                    " in the checkpoint but " + c10::str(tensor.sizes()) + " in the model");
           }
-          tensor.copy_(saved);
+          tensor.copy_(saved.to(tensor.device()));  // into the model's tensor, on whatever device it is
         }
       }
     }

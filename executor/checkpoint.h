@@ -31,8 +31,13 @@ Status SaveRankState(const std::string& dir, int step, int rank, std::vector<Sta
 Status CommitCheckpoint(const std::string& dir, const CheckpointInfo& info);
 /// The checkpoint `latest` names, or nullopt when the directory holds none.
 Expected<std::optional<CheckpointInfo>> LatestCheckpoint(const std::string& dir);
-/// Loads this rank's state from the checkpoint after `step` steps.
+/// Loads this rank's state from the checkpoint after `step` steps. Every tensor in the file is
+/// mapped onto `device` as it is read (the file may come from another GPU numbering, or from a
+/// GPU run loaded on CPU: nothing assumes the device it was saved from); without `device`, onto
+/// the device the stages' tensors are on now (CPU when they have none). The optimizer's state
+/// (e.g. Adam's moments) ends on that device, and weights are copied into the stages' tensors
+/// wherever those are.
 Status LoadRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
-                     torch::optim::Optimizer& optimizer);
+                     torch::optim::Optimizer& optimizer, std::optional<torch::Device> device = std::nullopt);
 
 }  // namespace gpipe::executor

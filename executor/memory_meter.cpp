@@ -104,6 +104,26 @@ int64_t MemoryMeter::PeakBytes() const {
   return counter_ ? counter_->peak.load() : 0;
 }
 
+int64_t MemoryMeter::ReservedBytes() const {
+#ifdef GPIPE_WITH_CUDA
+  if (device_.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+    return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+  }
+#endif
+  return 0;  // CPU: no caching allocator, nothing reserved beyond what is allocated
+}
+
+int64_t MemoryMeter::PeakReservedBytes() const {
+#ifdef GPIPE_WITH_CUDA
+  if (device_.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+    return stats.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+  }
+#endif
+  return 0;
+}
+
 void MemoryMeter::ResetPeak() {
 #ifdef GPIPE_WITH_CUDA
   if (device_.is_cuda()) {
@@ -116,11 +136,12 @@ void MemoryMeter::ResetPeak() {
 
 std::string MemoryMeter::Describe() const {
   if (device_.is_cuda()) {
-    return "CUDA caching allocator: bytes allocated to tensors (max_memory_allocated), per rank";
+    return "CUDA caching allocator: bytes allocated to tensors (max_memory_allocated), per rank; reserved bytes "
+           "(max_memory_reserved: allocated plus the allocator's cached free blocks) are read separately";
   }
   return "CPU tensor storage allocated by the rank's thread through c10's CPU allocator (a counting wrapper): "
          "weights, gradients, optimizer state, activations kept for backward and message buffers; not "
-         "library scratch or the process heap";
+         "library scratch or the process heap; nothing is reserved beyond it (no caching allocator on CPU)";
 }
 
 }  // namespace gpipe::executor

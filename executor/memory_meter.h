@@ -5,6 +5,10 @@
 // and credits it back when the storage is freed, whichever thread frees it. It counts tensor
 // storage (weights, gradients, optimizer state, activations kept for backward, message buffers),
 // the same things the simulator's memory model counts; not the library's own scratch or heap.
+// Reserved bytes (CUDA only): what the caching allocator holds from the driver, i.e. allocated
+// bytes plus cached free blocks and fragmentation (torch.cuda.memory_reserved); the figure that
+// must fit in the GPU. CPU has no reservation (freed storage goes straight back to the heap), so
+// there it reads 0.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +32,11 @@ class MemoryMeter {
 
   int64_t CurrentBytes() const;
   int64_t PeakBytes() const;
-  /// The peak restarts from the current value.
+  /// CUDA: bytes the caching allocator has reserved from the driver now, and their peak
+  /// (torch.cuda.memory_reserved / max_memory_reserved). CPU: 0, there is no reservation.
+  int64_t ReservedBytes() const;
+  int64_t PeakReservedBytes() const;
+  /// The peak restarts from the current value (on CUDA, the reserved peak too).
   void ResetPeak();
   /// One sentence: what the figures count.
   std::string Describe() const;

@@ -110,7 +110,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   config.loss_scale = 1.0 / (static_cast<double>(M) * D);
   config.device = options.device;
   config.split_backward = plan.schedule == ScheduleKind::kZbH1;
-  ActionClock clock(options.device);
+  ActionClock clock(options.device, options.timeout);
   outcome.clock = clock.name();
   StageRunner runner(config, std::move(stages), RankWireOf(lowered, prank, options.posting), comm, clock);
   outcome.record.parameter_bytes = meter.CurrentBytes();  // the layers as built, nothing else yet

@@ -4,6 +4,7 @@
 // batch. It also saves and resumes checkpoints and measures what the run record holds.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ struct TrainOptions {
   int checkpoint_every = 0;
   /// Continue from the latest checkpoint in checkpoint_dir (error when there is none).
   bool resume = false;
+  /// How long the end of a step waits for the device (a GPU stream stuck on a message that never
+  /// comes) before failing with an error.
+  std::chrono::milliseconds timeout{60000};
   /// How receives are posted; only tests choose the design before lanes, to show it deadlocks.
   WirePosting posting = WirePosting::kAheadInSenderOrder;
   /// Called on every rank after each step with (step, steps, loss, step time); loss is meaningful

@@ -1,7 +1,9 @@
 #include "executor/worker.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <ostream>
 #include <thread>
@@ -10,9 +12,14 @@
 #include "core/text.h"
 #include "executor/c10d_communicator.h"
 #include "executor/host_memory.h"
+#include "executor/launcher.h"
 #include "executor/layers.h"
 #include "executor/local_communicator.h"
 #include "executor/nccl_emulation.h"
+
+#ifdef GPIPE_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace gpipe::executor {
 namespace {
@@ -71,6 +78,23 @@ void PrintProgress(std::ostream& out, int step, int steps, double loss, double t
   out.flush();
 }
 
+// Makes `device` this process's current CUDA device (what ProcessGroupNCCL and the caching
+// allocator take as the rank's GPU), before the process group exists.
+Status BindCudaDevice(int device) {
+#ifdef GPIPE_WITH_CUDA
+  try {
+    c10::cuda::set_device(static_cast<c10::DeviceIndex>(device));
+  } catch (const std::exception& e) {
+    return Status::Invalid("--device cuda: could not make GPU " + std::to_string(device) +
+                           " this process's device: " + e.what());
+  }
+  return Status::Ok();
+#else
+  return Status::Invalid("--device cuda: this build has no CUDA LibTorch (GPU " + std::to_string(device) +
+                         " cannot be bound); use --device cpu");
+#endif
+}
+
 // What TrainRank needs of the run's settings (the device is each caller's own).
 TrainOptions OptionsFrom(const RunSettings& settings) {
   TrainOptions options;
@@ -79,6 +103,7 @@ TrainOptions OptionsFrom(const RunSettings& settings) {
   options.checkpoint_every = settings.checkpoint_every;
   options.resume = settings.resume;
   options.posting = settings.posting;
+  options.timeout = settings.timeout;
   return options;
 }
 
@@ -106,6 +131,7 @@ Expected<std::optional<WorkerEnv>> WorkerEnvFrom(const std::map<std::string, std
     Expected<int> local = IntFromEnv(env, local_var, 0);
     if (!local.ok()) return local.status();
     w.local_rank = *local;
+    w.local_rank_var = local_var;
   }
   if (auto it = env.find("MASTER_ADDR"); it != env.end()) w.master_addr = it->second;
   if (env.count("MASTER_PORT") > 0) {
@@ -114,6 +140,98 @@ Expected<std::optional<WorkerEnv>> WorkerEnvFrom(const std::map<std::string, std
     w.master_port = *port;
   }
   return std::optional<WorkerEnv>(w);
+}
+
+Expected<int> CudaDeviceForLocalRank(int local_rank, int device_count, const std::string& local_var_name,
+                                     const std::optional<std::string>& cuda_visible_devices) {
+  const std::string visible = cuda_visible_devices.has_value()
+                                  ? "CUDA_VISIBLE_DEVICES=\"" + *cuda_visible_devices + "\""
+                                  : "CUDA_VISIBLE_DEVICES is not set";
+  if (device_count <= 0) {
+    return Status::Invalid("--device cuda: this process sees no GPU (" + visible +
+                           "); list the node's GPUs in CUDA_VISIBLE_DEVICES (or unset it), or use --device cpu");
+  }
+  if (local_rank >= 0 && local_rank < device_count) return local_rank;
+  const std::string count = std::to_string(device_count);
+  const std::string var = local_var_name.empty() ? "the local rank" : local_var_name;
+  std::string message = "--device cuda: " + var + "=" + std::to_string(local_rank) + " names GPU " +
+                        std::to_string(local_rank) + ", but this process sees " + count +
+                        (device_count == 1 ? " GPU" : " GPUs") + " (" + visible + "), numbered from 0. ";
+  if (device_count == 1) message += "Each process sees one GPU, so its local rank would have to be 0. ";
+  if (local_var_name == "SLURM_LOCALID") {
+    message += "SLURM_LOCALID numbers the tasks of a node; it names their GPUs only when every task sees all of the "
+               "node's GPUs, and here SLURM gave each task " +
+               std::string(device_count == 1 ? "one GPU of its own" : "only " + count) +
+               " (a per-task binding such as --gpus-per-task or --gpu-bind=single/map_gpu). Fix: start the tasks "
+               "with every GPU of the node visible to each (e.g. srun --gpus-per-node=<tasks per node> "
+               "--gpu-bind=none, no --gpus-per-task), or start at most " +
+               count + " tasks per node";
+  } else {
+    message += var +
+               " counts the processes of a node, so each process must see at least as many GPUs as the node "
+               "runs processes. Fix: let every process see all of the node's GPUs (unset CUDA_VISIBLE_DEVICES or "
+               "list them all in it), or start at most " +
+               count + " processes per node (--nproc-per-node)";
+  }
+  return Status::Invalid(message);
+}
+
+// The NCCL process group reads these when it is constructed (ProcessGroupNCCL.hpp in torch 2.11
+// declares each with its comment; the defaults and the behaviour below are from the matching
+// ProcessGroupNCCL.cpp). Our NCCL waits are stream waits (C10dWork); a message that never comes is
+// caught at the end of the step, where the host waits for the step's last event for --timeout and
+// then fails with a readable error naming the rank and step (ActionClock::EndStep). The group's own
+// timeout is --timeout + 60 s (c10d_communicator.cpp), so that error comes first; these settings
+// keep NCCL's watchdog and its heartbeat monitor from killing the process around it.
+//
+//  TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (CleanUpOnly). Header: "Control whether or not we perform
+//    Async Error Handling with NCCL", and on the modes: "TearDown: tear down process upon error",
+//    "CleanUpOnly: just clean up collectives and abort communicators without tearing down
+//    process", "SkipCleanUp: ... tear down process without cleaning up NCCL communicators";
+//    SHOULD_TEAR_DOWN(a) is (a != NoHandling && a != CleanUpOnly) and SHOULD_CLEAN_UP(a) is
+//    (a != NoHandling && a != SkipCleanUp). The default is 3 (SkipCleanUp), which makes the
+//    watchdog rethrow the collective's error on its own thread and so std::terminate the process.
+//    With 2 the watchdog aborts the communicators (a GPU kernel stuck on a dead peer is released,
+//    the process can exit) and leaves the error to the waiting thread, i.e. to us. The legacy
+//    name NCCL_ASYNC_ERROR_HANDLING, when the user set it, counts as their setting.
+//  TORCH_NCCL_DUMP_ON_TIMEOUT=0. Header: "Control whether dumping debug info on watchdog timeout
+//    is enabled." When on (the default in the source), after a timeout on this rank or a dump
+//    signal from another rank through the store, the heartbeat monitor dumps the flight recorder
+//    and then, unless the group was destroyed meanwhile, sleeps TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC
+//    and terminates the process (LOG(FATAL), i.e. abort): a peer's timeout would kill this rank
+//    before its own error. Off, the monitor only watches the watchdog's heartbeat.
+//  TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC=1000, only when the user left the dump setting alone.
+//    Header: "Control how much extra time we will wait for dumping the debugging info before we
+//    exit and throws timeout exception." The watchdog sleeps four times this (15 s x 4 by
+//    default) after a failure before it aborts the communicators; with no dump to wait for, 4 s.
+//  TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC = max(480, --timeout + 60 s). Header: "Control the watchdog
+//    heartbeat timeout period after which the monitoring thread will abort the process" (and
+//    TORCH_NCCL_ENABLE_MONITORING: "aborts the process when the ProcessGroupNCCL Watchdog thread
+//    gets stuck and no heartbeat is detected after TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"). 480 s is
+//    the source's default; a --timeout longer than it would otherwise let the monitor abort the
+//    process before our timeout fires. Monitoring itself stays on: a truly hung watchdog still ends.
+//  TORCH_NCCL_BLOCKING_WAIT is left alone: it makes every wait poll the host, and with it set
+//    the group starts no watchdog at all.
+std::vector<std::pair<std::string, std::string>> NcclEnvironmentDefaults(
+    std::chrono::milliseconds timeout, const std::map<std::string, std::string>& env) {
+  std::vector<std::pair<std::string, std::string>> defaults;
+  const auto unset = [&env](std::initializer_list<const char*> names) {
+    return std::none_of(names.begin(), names.end(), [&env](const char* n) { return env.count(n) > 0; });
+  };
+  if (unset({"TORCH_NCCL_ASYNC_ERROR_HANDLING", "NCCL_ASYNC_ERROR_HANDLING"})) {
+    defaults.emplace_back("TORCH_NCCL_ASYNC_ERROR_HANDLING", "2");
+  }
+  if (unset({"TORCH_NCCL_DUMP_ON_TIMEOUT"})) {
+    defaults.emplace_back("TORCH_NCCL_DUMP_ON_TIMEOUT", "0");
+    if (unset({"TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"})) {
+      defaults.emplace_back("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "1000");
+    }
+  }
+  if (unset({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"})) {
+    const int64_t timeout_s = (static_cast<int64_t>(timeout.count()) + 999) / 1000;
+    defaults.emplace_back("TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC", std::to_string(std::max<int64_t>(480, timeout_s + 60)));
+  }
+  return defaults;
 }
 
 Expected<Schedule> CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size) {
@@ -153,13 +271,30 @@ Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& 
   if (cuda && !torch::cuda::is_available()) {
     return Status::Invalid("--device cuda: this machine has no usable GPU (or LibTorch has no CUDA); use --device cpu");
   }
-  const RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
-                                                     settings.timeout, cuda);
+  int cuda_device = 0;
+  if (cuda) {
+    // The device and NCCL's settings are in place before the process group exists: it reads both
+    // when it is constructed.
+    const std::map<std::string, std::string> environment = EnvironmentMap();
+    const auto visible = environment.find("CUDA_VISIBLE_DEVICES");
+    Expected<int> device = CudaDeviceForLocalRank(
+        env.local_rank, static_cast<int>(torch::cuda::device_count()), env.local_rank_var,
+        visible == environment.end() ? std::nullopt : std::optional<std::string>(visible->second));
+    if (!device.ok()) return device.status();
+    cuda_device = *device;
+    GPIPE_RETURN_IF_ERROR(BindCudaDevice(cuda_device));
+    for (const auto& [name, value] : NcclEnvironmentDefaults(settings.timeout, environment)) {
+      setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
+    }
+  }
+  RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
+                                               settings.timeout, cuda);
+  rendezvous.device_index = cuda_device;
   Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
   if (!comm.ok()) return comm.status();
 
   TrainOptions options = OptionsFrom(settings);
-  options.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank)) : torch::Device(torch::kCPU);
+  options.device = cuda ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(cuda_device)) : torch::Device(torch::kCPU);
   const int last_rank = plan.stages.back().rank;
   const bool reporter = plan.DeviceOf(0, last_rank) == env.rank;
   double mean_ms = 0;

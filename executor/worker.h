@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model.h"
@@ -25,16 +26,35 @@ struct WorkerEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  /// The variable local_rank came from: "LOCAL_RANK" (torchrun) or "SLURM_LOCALID" (SLURM);
+  /// empty when neither was set and local_rank is the default 0.
+  std::string local_rank_var;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
 };
 /// nullopt when the environment names no job (then the caller launches one).
 Expected<std::optional<WorkerEnv>> WorkerEnvFrom(const std::map<std::string, std::string>& env);
 
+/// The CUDA device a rank binds, before its process group exists: its local rank, which must be
+/// below the number of GPUs this process sees (`device_count`). Otherwise the error names
+/// `local_var_name` (LOCAL_RANK or SLURM_LOCALID) and CUDA_VISIBLE_DEVICES (its value when set,
+/// `cuda_visible_devices`) and says how to fix the binding. Pure, so it is tested without a GPU.
+Expected<int> CudaDeviceForLocalRank(int local_rank, int device_count, const std::string& local_var_name,
+                                     const std::optional<std::string>& cuda_visible_devices = std::nullopt);
+
+/// The ProcessGroupNCCL environment defaults a CUDA rank sets before its process group exists, so
+/// that a timed-out collective surfaces as this program's own timeout error (--timeout, raised by
+/// its waits) rather than the NCCL watchdog tearing the process down first. Only variables absent
+/// from `env` are returned (a user's own setting wins); the caller sets them with overwrite=0.
+/// worker.cpp documents each choice against the torch headers.
+std::vector<std::pair<std::string, std::string>> NcclEnvironmentDefaults(
+    std::chrono::milliseconds timeout, const std::map<std::string, std::string>& env);
+
 struct RunSettings {
   int steps = 10;
   int threads_per_rank = 1;
-  /// "cpu", or "cuda" (each rank on GPU LOCAL_RANK, NCCL on the wire).
+  /// "cpu", or "cuda" (each rank on the GPU its local rank numbers, bound before the process
+  /// group is created; NCCL on the wire).
   std::string device = "cpu";
   std::chrono::milliseconds timeout{60000};
   std::string checkpoint_dir;
