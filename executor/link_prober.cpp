@@ -182,7 +182,16 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   // This rank's GPU current for the whole probe: the events time its current stream, which is
   // also the stream NCCL's waits hold back.
   std::optional<c10::cuda::CUDAGuard> on_device;
-  if (device.is_cuda()) on_device.emplace(device.index());
+  if (device.is_cuda()) {
+    int gpus = 0;
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    if (env.local_rank >= gpus) {
+      return Status::Invalid("rank " + std::to_string(env.rank) + ": no GPU " + std::to_string(env.local_rank) +
+                             " on this machine (it has " + std::to_string(gpus) +
+                             "); --device cuda needs one GPU per rank, as NCCL refuses two ranks on one GPU");
+    }
+    on_device.emplace(device.index());
+  }
 #endif
   const RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
                                                      settings.timeout, settings.device == "cuda");
