@@ -1,5 +1,7 @@
 #include "core/cluster.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <utility>
@@ -90,6 +92,12 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
       o.to = static_cast<int>(l.Integer("to", 0, cluster.devices - 1));
       o.link.bandwidth_bytes_per_s = ReadBandwidth(l);
       o.link.latency_ms = l.Number("latency_ms", 0.0);
+      if (l.Has("kind")) {
+        o.kind = l.String("kind");
+        if (l.status().ok() && std::find(std::begin(kLinkKinds), std::end(kLinkKinds), *o.kind) == std::end(kLinkKinds)) {
+          l.Fail("kind", "is \"" + *o.kind + "\"; expected \"nvlink\", \"pcie\" or \"same-device\", or no \"kind\" when not known");
+        }
+      }
       if (l.status().ok() && o.from == o.to) {
         l.Fail("to", "is " + std::to_string(o.to) + ", the same device as from; a link joins two devices");
       }
@@ -147,6 +155,7 @@ nlohmann::json ClusterToJson(const Cluster& cluster) {
       nlohmann::json l = LinkToJson(o.link);
       l["from"] = o.from;
       l["to"] = o.to;
+      if (o.kind) l["kind"] = *o.kind;
       links.push_back(std::move(l));
     }
     json["links"] = std::move(links);

@@ -29,11 +29,16 @@ struct Link {
   double TransferMs(double bytes) const { return latency_ms + bytes / bandwidth_bytes_per_s * 1e3; }
 };
 
+/// What carries a link, as `profile-links` found it on GPUs: "nvlink", "pcie" or "same-device".
+inline constexpr const char* kLinkKinds[] = {"nvlink", "pcie", "same-device"};
+
 /// One directed pair whose link differs from the default.
 struct LinkOverride {
   int from = 0;
   int to = 0;
   Link link;
+  /// One of kLinkKinds; absent when not known (CPU ranks, ranks on different nodes, hand-written files).
+  std::optional<std::string> kind = std::nullopt;
 };
 
 /// One measured all-reduce (`gpipe-plan profile-links`): `ranks` ranks summing `bytes` of

@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <stdexcept>
+#include <thread>
 
 #ifdef GPIPE_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -28,6 +32,92 @@ int64_t DeviceMemoryBytes(const std::string& device, int ranks_here) {
   return pages * page / std::max(1, ranks_here);
 }
 
+// How long `body` takes. On a GPU, by CUDA events recorded on the current stream around it: NCCL's
+// sends, receives and all-reduces return to the host before they finish (a Wait() only makes the
+// current stream wait for them), so the host clock would time the issuing, not the transfer. The
+// end event is polled rather than synchronized so that a peer that stopped answering becomes an
+// error after `timeout` instead of a hang. On the CPU, the host clock around the (blocking) body.
+double StreamTimeMs(const torch::Device& device, std::chrono::milliseconds timeout, const std::function<void()>& body) {
+#ifdef GPIPE_WITH_CUDA
+  if (device.is_cuda()) {
+    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
+    start.record();
+    body();
+    end.record();
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!end.query()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw std::runtime_error("the GPU stream did not finish the exchange within " +
+                                 std::to_string(timeout.count()) + " ms");
+      }
+      std::this_thread::yield();  // spin: a sleeping rank would post its next message late
+    }
+    return static_cast<double>(start.elapsed_time(end));
+  }
+#endif
+  (void)timeout;
+  const auto start = std::chrono::steady_clock::now();
+  body();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// This rank's GPU as the other ranks see it, to name each measured pair's link ("nvlink", "pcie" or
+// "same-device"): the host, the GPU's PCI bus id, and for every GPU visible here, by bus id, what
+// joins this GPU to it. NVML-free: peer access plus native atomics over the peer link, which NVLink
+// offers and PCIe peer-to-peer does not, means NVLink; any other pair of GPUs is PCIe (peer-to-peer
+// or through the host). Empty on the CPU.
+nlohmann::json DeviceTopology(const torch::Device& device) {
+  nlohmann::json topology = nlohmann::json::object();
+#ifdef GPIPE_WITH_CUDA
+  if (!device.is_cuda()) return topology;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const auto bus_id = [](int index) {
+    char id[64] = {};
+    return cudaDeviceGetPCIBusId(id, sizeof(id), index) == cudaSuccess ? std::string(id) : std::string();
+  };
+  const int mine = device.index();
+  topology["host"] = std::string(host);
+  topology["bus_id"] = bus_id(mine);
+  nlohmann::json kinds = nlohmann::json::object();
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  for (int other = 0; other < count; ++other) {
+    const std::string id = bus_id(other);
+    if (id.empty()) continue;
+    if (other == mine) {
+      kinds[id] = "same-device";
+      continue;
+    }
+    int access = 0, atomics = 0;
+    if (cudaDeviceCanAccessPeer(&access, mine, other) != cudaSuccess) access = 0;
+    if (access && cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, mine, other) != cudaSuccess) {
+      atomics = 0;
+    }
+    kinds[id] = access && atomics ? "nvlink" : "pcie";
+  }
+  (void)cudaGetLastError();  // a refused query above must not surface in a later, unrelated CUDA call
+  topology["kinds"] = std::move(kinds);
+#else
+  (void)device;
+#endif
+  return topology;
+}
+
+// The kind of the link from rank `from` to rank `to`, from their topologies; none across hosts or
+// when either is unknown (the CPU).
+std::optional<std::string> LinkKind(const nlohmann::json& from, const nlohmann::json& to) {
+  if (!from.contains("kinds") || !to.contains("bus_id") || from.value("host", "") != to.value("host", "")) {
+    return std::nullopt;
+  }
+  const std::string id = to.at("bus_id").get<std::string>();
+  if (id.empty()) return std::nullopt;
+  if (id == from.value("bus_id", "")) return "same-device";
+  const nlohmann::json& kinds = from.at("kinds");
+  if (!kinds.contains(id)) return std::nullopt;
+  return kinds.at(id).get<std::string>();
+}
+
 // The gradient all-reduce of `bytes` over ranks 0..n-1 as SumOverReplicas runs it (executor/trainer.cpp):
 // two gradients flattened into one buffer, summed over the group, copied back; rank 0's median.
 std::vector<AllReduceSample> ProbeAllReduce(Communicator& comm, const torch::Device& device,
@@ -43,7 +133,7 @@ std::vector<AllReduceSample> ProbeAllReduce(Communicator& comm, const torch::Dev
         const int repeats = bytes >= (int64_t{1} << 24) ? std::max(3, settings.repeats / 4) : settings.repeats;
         std::vector<double> times;
         for (int rep = 0; rep < repeats + 1; ++rep) {
-          const double ms = DeviceTimeMs(device, [&] {
+          const double ms = StreamTimeMs(device, settings.timeout, [&] {
             std::vector<torch::Tensor> pieces;
             for (const torch::Tensor& g : grads) pieces.push_back(g.reshape({-1}));
             torch::Tensor flat = torch::cat(pieces);
@@ -85,13 +175,28 @@ Link FitLink(const std::vector<std::pair<int64_t, double>>& samples) {
 
 Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(const WorkerEnv& env,
                                                                               const LinkProbeSettings& settings) {
+  const torch::Device device = settings.device == "cuda"
+                                   ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
+                                   : torch::Device(torch::kCPU);
+#ifdef GPIPE_WITH_CUDA
+  // This rank's GPU current for the whole probe: the events time its current stream, which is
+  // also the stream NCCL's waits hold back.
+  std::optional<c10::cuda::CUDAGuard> on_device;
+  if (device.is_cuda()) {
+    int gpus = 0;
+    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    if (env.local_rank >= gpus) {
+      return Status::Invalid("rank " + std::to_string(env.rank) + ": no GPU " + std::to_string(env.local_rank) +
+                             " on this machine (it has " + std::to_string(gpus) +
+                             "); --device cuda needs one GPU per rank, as NCCL refuses two ranks on one GPU");
+    }
+    on_device.emplace(device.index());
+  }
+#endif
   const RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
                                                      settings.timeout, settings.device == "cuda");
   Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
   if (!comm.ok()) return comm.status();
-  const torch::Device device = settings.device == "cuda"
-                                   ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
-                                   : torch::Device(torch::kCPU);
   std::vector<LinkFit> fits;
   std::map<int64_t, std::vector<double>> issue;  // this rank's send-issue times, by message size
   try {
@@ -104,19 +209,23 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
           torch::Tensor buffer = torch::zeros({bytes}, torch::TensorOptions().dtype(torch::kUInt8).device(device));
           std::vector<double> one_way;
           for (int rep = 0; rep < settings.repeats + 1; ++rep) {
-            const auto start = std::chrono::steady_clock::now();
-            if (env.rank == from) {
-              std::unique_ptr<PendingWork> sent = (*comm)->Send(buffer, to, 1);
-              const double issue_ms =
-                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-              if (rep > 0) issue[bytes].push_back(issue_ms);
-              sent->Wait();
-              (*comm)->Recv(buffer, to, 2)->Wait();
-            } else if (env.rank == to) {
-              (*comm)->Recv(buffer, from, 1)->Wait();
-              (*comm)->Send(buffer, from, 2)->Wait();
-            }
-            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+            if (env.rank != from && env.rank != to) continue;
+            // The round trip: the host clock on the CPU, events on the current stream on a GPU.
+            // Issuing a send is the host's time either way: how long the call holds the rank.
+            const double ms = StreamTimeMs(device, settings.timeout, [&] {
+              const auto start = std::chrono::steady_clock::now();
+              if (env.rank == from) {
+                std::unique_ptr<PendingWork> sent = (*comm)->Send(buffer, to, 1);
+                const double issue_ms =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+                if (rep > 0) issue[bytes].push_back(issue_ms);
+                sent->Wait();
+                (*comm)->Recv(buffer, to, 2)->Wait();
+              } else {
+                (*comm)->Recv(buffer, from, 1)->Wait();
+                (*comm)->Send(buffer, from, 2)->Wait();
+              }
+            });
             if (rep > 0) one_way.push_back(ms / 2);  // the first exchange warms up
           }
           if (env.rank == from) fit.samples.emplace_back(bytes, Summarize(one_way).median_ms);
@@ -150,17 +259,21 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
                     {"issue_ms", issue_medians.empty() ? 0.0 : issue_medians.front().second},
                     {"issue_bytes_per_s", issue_fit.bandwidth_bytes_per_s}});
   }
+  const nlohmann::json report = {{"fits", std::move(mine)}, {"topology", DeviceTopology(device)}};
   std::vector<std::string> all;
   try {
-    all = (*comm)->GatherToRankZero(mine.dump());
+    all = (*comm)->GatherToRankZero(report.dump());
   } catch (const std::exception& e) {
     return Status::Invalid(std::string("collecting the link measurements: ") + e.what());
   }
   if (env.rank != 0) return std::optional<std::pair<Cluster, std::vector<LinkFit>>>();
   std::vector<LinkFit> every;
   std::vector<double> issue_small, issue_rates;
+  std::vector<nlohmann::json> topologies;  // by rank
   for (const std::string& text : all) {
-    for (const nlohmann::json& j : nlohmann::json::parse(text)) {
+    const nlohmann::json report_of_rank = nlohmann::json::parse(text);
+    topologies.push_back(report_of_rank.at("topology"));
+    for (const nlohmann::json& j : report_of_rank.at("fits")) {
       issue_small.push_back(j["issue_ms"].get<double>());
       issue_rates.push_back(j["issue_bytes_per_s"].get<double>());
       LinkFit f;
@@ -182,7 +295,13 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
     return a.link.bandwidth_bytes_per_s < b.link.bandwidth_bytes_per_s;
   });
   cluster.link = by_bandwidth.empty() ? Link{1e9, 0} : by_bandwidth[by_bandwidth.size() / 2].link;
-  for (const LinkFit& f : every) cluster.links.push_back({f.from, f.to, f.link});
+  for (const LinkFit& f : every) {
+    LinkOverride o{f.from, f.to, f.link};
+    if (f.from < static_cast<int>(topologies.size()) && f.to < static_cast<int>(topologies.size())) {
+      o.kind = LinkKind(topologies[static_cast<size_t>(f.from)], topologies[static_cast<size_t>(f.to)]);
+    }
+    cluster.links.push_back(o);
+  }
   cluster.allreduce = std::move(allreduce);
   if (!issue_small.empty()) {
     cluster.send_overhead_ms = Summarize(issue_small).median_ms;

@@ -200,6 +200,9 @@ const Row kRows[] = {
     {C, "/nodes/inter_node_link", nullptr, "cluster.json.nodes: missing required field \"inter_node_link\""},
     {C, "/links/0/to", "4", "cluster.json.links[0].to: expected a whole number in [0, 3], got 4"},
     {C, "/links/0/to", "0", "cluster.json.links[0].to: is 0, the same device as from; a link joins two devices"},
+    {C, "/links/0/kind", "\"infiniband\"",
+     "cluster.json.links[0].kind: is \"infiniband\"; expected \"nvlink\", \"pcie\" or \"same-device\", or no \"kind\" when not known"},
+    {C, "/links/0/kind", "\"\"", "cluster.json.links[0].kind: expected a non-empty string, got \"\""},
     {C, "/calibration", "{\"forward_overhead_ms\": [0.1, -1]}",
      "cluster.json.calibration.forward_overhead_ms: [1] is -1; each entry is the milliseconds each action pays with "
      "that many ranks on a node, a number at least 0"},

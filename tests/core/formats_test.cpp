@@ -183,5 +183,38 @@ TEST(Formats, FileErrorsNameTheFile) {
   EXPECT_NE(cluster.status().message().find("absent.json: cannot open the file"), std::string::npos);
 }
 
+// profile-links writes each measured GPU pair's kind; it survives a round trip, and an absent kind
+// stays absent (CPU ranks, hand-written files).
+TEST(Formats, ClusterLinkKindRoundTrips) {
+  nlohmann::json json = TinyCluster();
+  json["links"] = nlohmann::json::parse(R"([
+    {"from":0,"to":1,"bandwidth_bytes_per_s":3e11,"latency_ms":0.01,"kind":"nvlink"},
+    {"from":1,"to":2,"bandwidth_bytes_per_s":2e10,"latency_ms":0.02,"kind":"pcie"},
+    {"from":2,"to":3,"bandwidth_bytes_per_s":1e12,"latency_ms":0.001,"kind":"same-device"},
+    {"from":3,"to":0,"bandwidth_bytes_per_s":1e9,"latency_ms":0.1}])");
+  Expected<Cluster> cluster = ClusterFromJson(json, "cluster.json");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
+  ASSERT_EQ(cluster->links.size(), 4u);
+  EXPECT_EQ(cluster->links[0].kind, std::optional<std::string>("nvlink"));
+  EXPECT_EQ(cluster->links[1].kind, std::optional<std::string>("pcie"));
+  EXPECT_EQ(cluster->links[2].kind, std::optional<std::string>("same-device"));
+  EXPECT_FALSE(cluster->links[3].kind.has_value());
+  const nlohmann::json written = ClusterToJson(*cluster);
+  EXPECT_EQ(written["links"][0]["kind"], "nvlink");
+  EXPECT_EQ(written["links"][2]["kind"], "same-device");
+  EXPECT_FALSE(written["links"][3].contains("kind"));
+  Expected<Cluster> again = ClusterFromJson(written, "cluster.json");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(again->links[i].kind, cluster->links[i].kind) << i;
+  EXPECT_EQ(ClusterToJson(*again), written);
+
+  json["links"][1]["kind"] = "NVLink";
+  Expected<Cluster> bad = ClusterFromJson(json, "cluster.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(),
+            "cluster.json.links[1].kind: is \"NVLink\"; expected \"nvlink\", \"pcie\" or \"same-device\", or no \"kind\" "
+            "when not known");
+}
+
 }  // namespace
 }  // namespace gpipe
