@@ -185,16 +185,16 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
   if (device.is_cuda()) {
     int gpus = 0;
     if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-    if (env.local_rank >= gpus) {
-      return Status::Invalid("rank " + std::to_string(env.rank) + ": no GPU " + std::to_string(env.local_rank) +
-                             " on this machine (it has " + std::to_string(gpus) +
-                             "); --device cuda needs one GPU per rank, as NCCL refuses two ranks on one GPU");
-    }
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    Expected<int> bound = CudaDeviceForLocalRank(env.local_rank, gpus, env.local_rank_var,
+                                                 visible ? std::optional<std::string>(visible) : std::nullopt);
+    if (!bound.ok()) return bound.status().WithContext("rank " + std::to_string(env.rank));
     on_device.emplace(device.index());
   }
 #endif
-  const RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
-                                                     settings.timeout, settings.device == "cuda");
+  RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
+                                               settings.timeout, settings.device == "cuda");
+  rendezvous.device_index = device.is_cuda() ? device.index() : 0;
   Expected<std::unique_ptr<Communicator>> comm = ConnectC10d(rendezvous);
   if (!comm.ok()) return comm.status();
   std::vector<LinkFit> fits;
