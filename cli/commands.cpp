@@ -72,7 +72,19 @@ int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& e
     return kExitUsage;
   }
   for (auto& [sub, command] : made) {
-    if (sub->parsed()) return command->Run(out, err);
+    if (!sub->parsed()) continue;
+    // Nothing aborts: an exception that escaped a command (LibTorch, TorchScript) is one line.
+    try {
+      return command->Run(out, err);
+    } catch (const std::exception& e) {
+      std::string what = e.what();
+      // LibTorch appends a C++ stack trace; the user needs the message.
+      for (const char* marker : {"\nException raised from", "\nframe #0"}) {
+        if (const size_t at = what.find(marker); at != std::string::npos) what.resize(at);
+      }
+      err << "gpipe-plan " << sub->get_name() << ": " << what << "\n";
+      return kExitFailure;
+    }
   }
   err << "gpipe-plan: no subcommand given\n";
   return kExitUsage;

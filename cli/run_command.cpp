@@ -101,7 +101,10 @@ class RunCommand : public Command {
     if (!env.ok()) return Fail(err, "run", env.status());
     if (env->has_value()) {
       Expected<std::optional<RunRecord>> record = executor::RunWorker(*plan, *model, **env, settings, out);
-      if (!record.ok()) return Fail(err, "run", record.status());
+      if (!record.ok()) {
+        executor::RecordRankFailure((*env)->rank);
+        return Fail(err, "run", record.status());
+      }
       return record->has_value() ? Finish(*plan, **record, out, err) : kExitOk;
     }
     return Launch(*plan, *model, err);

@@ -91,8 +91,10 @@ std::string FormatRunSummary(const RunRecord& record) {
   for (const RankRecord& r : record.ranks) {
     out += Sprintf("  rank %d (stages", r.rank);
     for (int s : r.stages) out += " " + std::to_string(s);
-    out += Sprintf("): peak memory %s, of which parameters %s\n", FormatBytes(static_cast<double>(r.peak_memory_bytes)).c_str(),
+    out += Sprintf("): peak memory %s, of which parameters %s", FormatBytes(static_cast<double>(r.peak_memory_bytes)).c_str(),
                    FormatBytes(static_cast<double>(r.parameter_bytes)).c_str());
+    if (r.peak_reserved_bytes > 0) out += Sprintf("; reserved %s", FormatBytes(static_cast<double>(r.peak_reserved_bytes)).c_str());
+    out += "\n";
   }
   return out;
 }
@@ -104,6 +106,7 @@ Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::s
   rank.replica = static_cast<int>(r.OptionalInteger("replica", 0, INT32_MAX, 0));
   rank.pipeline_rank = static_cast<int>(r.OptionalInteger("pipeline_rank", 0, INT32_MAX, rank.rank));
   rank.peak_memory_bytes = r.Bytes("peak_memory_bytes");
+  rank.peak_reserved_bytes = r.OptionalBytes("peak_reserved_bytes", 0);
   rank.parameter_bytes = r.OptionalBytes("parameter_bytes", r.OptionalBytes("static_memory_bytes", 0));
   if (const nlohmann::json* stages = r.Raw("stages"); stages != nullptr && r.status().ok()) {
     if (!stages->is_array()) {
@@ -156,6 +159,7 @@ nlohmann::json RankRecordToJson(const RankRecord& rank) {
           {"pipeline_rank", rank.pipeline_rank},
           {"stages", rank.stages},
           {"peak_memory_bytes", rank.peak_memory_bytes},
+          {"peak_reserved_bytes", rank.peak_reserved_bytes},
           {"parameter_bytes", rank.parameter_bytes},
           {"step_peak_memory_bytes", rank.step_peak_memory_bytes},
           {"step_start_memory_bytes", rank.step_start_memory_bytes},
@@ -180,7 +184,7 @@ Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::str
   record.memory_measure = r.OptionalString("memory_measure", "");
   record.clock = r.OptionalString("clock", "host");
   if (record.clock != "host" && record.clock != "cuda-events") {
-    return Status::Invalid("run record: clock is \"" + record.clock + "\"; expected \"host\" or \"cuda-events\"");
+    r.Fail("clock", "is \"" + record.clock + "\"; expected \"host\" or \"cuda-events\"");
   }
   record.throughput_samples_per_s = r.Number("throughput_samples_per_s", 0.0);
   if (!r.status().ok()) return r.status();

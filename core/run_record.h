@@ -38,6 +38,9 @@ struct RankRecord {
   std::vector<int> stages;
   /// Peak bytes of tensor storage allocated by this rank (see RunRecord::memory_measure).
   int64_t peak_memory_bytes = 0;
+  /// On GPU: the caching allocator's peak reserved bytes (what the device gave the process,
+  /// allocated or cached); 0 on the CPU, which reserves nothing.
+  int64_t peak_reserved_bytes = 0;
   /// Parameters: the bytes the rank's layers hold once built, before the optimizer, the data and
   /// any checkpoint are loaded. (The simulator's static bytes are the model state: parameters,
   /// gradients and optimizer state.) Read from "static_memory_bytes" in older records.

@@ -11,7 +11,12 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <thread>
@@ -83,8 +88,40 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local
           "MASTER_PORT=" + std::to_string(options.master_port)};
 }
 
+namespace {
+
+constexpr const char* kFailureDir = "GPIPE_FAILURE_DIR";
+
+// When each rank noted its own failure (ns since the epoch), by rank; the folder is removed.
+std::map<int, int64_t> TakeFailureTimes(const std::string& dir) {
+  std::map<int, int64_t> times;
+  if (dir.empty()) return times;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    std::ifstream in(entry.path());
+    int64_t ns = 0;
+    if (name.rfind("rank-", 0) == 0 && (in >> ns)) times[std::atoi(name.c_str() + 5)] = ns;
+    in.close();
+    std::filesystem::remove(entry.path(), ec);
+  }
+  std::filesystem::remove(dir, ec);
+  return times;
+}
+
+}  // namespace
+
+void RecordRankFailure(int rank) {
+  const char* dir = std::getenv(kFailureDir);
+  if (dir == nullptr || *dir == '\0') return;
+  const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::system_clock::now().time_since_epoch()).count();
+  std::ofstream(std::string(dir) + "/rank-" + std::to_string(rank)) << ns << "\n";
+}
+
 int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
   const int per_node = options.world_size / options.nnodes;
+
   struct sigaction action {};
   action.sa_handler = RememberSignal;
   sigemptyset(&action.sa_mask);
@@ -103,6 +140,10 @@ int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
       return 1;
     }
   }
+  // Where the ranks note when they failed (RecordRankFailure).
+  char failure_template[] = "/tmp/gpipe-failures-XXXXXX";
+  const char* made = mkdtemp(failure_template);
+  const std::string failure_dir = made != nullptr ? made : "";
   std::vector<Child> children;
   for (int local = 0; local < per_node; ++local) {
     // Build everything the child needs before fork: only async-signal-safe calls after it.
@@ -111,12 +152,13 @@ int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
       const std::string entry = *e;
       const std::string name = entry.substr(0, entry.find('='));
       if (name == "RANK" || name == "LOCAL_RANK" || name == "WORLD_SIZE" || name == "LOCAL_WORLD_SIZE" ||
-          name == "GROUP_RANK" || name == "MASTER_ADDR" || name == "MASTER_PORT") {
+          name == "GROUP_RANK" || name == "MASTER_ADDR" || name == "MASTER_PORT" || name == kFailureDir) {
         continue;
       }
       env_strings.push_back(entry);
     }
     for (std::string& e : RankEnvironment(options, local)) env_strings.push_back(std::move(e));
+    if (!failure_dir.empty()) env_strings.push_back(std::string(kFailureDir) + "=" + failure_dir);
     std::vector<char*> envp, argv;
     for (std::string& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -140,6 +182,7 @@ int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
       for (Child& c : children) kill(c.pid, SIGKILL);
       for (Child& c : children) waitpid(c.pid, nullptr, 0);
       if (log_fd >= 0) close(log_fd);
+      TakeFailureTimes(failure_dir);
       return 1;
     }
     children.push_back({options.node_rank * per_node + local, pid, true, std::nullopt});
@@ -195,6 +238,14 @@ int LaunchRanks(const LaunchOptions& options, std::ostream& err) {
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
 
+  // The rank whose own error came first caused the others' (they only lost a connection).
+  const std::map<int, int64_t> noted = TakeFailureTimes(failure_dir);
+  for (const Child& c : children) {
+    auto t = noted.find(c.rank);
+    if (t == noted.end() || c.status.value_or(0) == 0) continue;
+    auto best = first_failure ? noted.find(*first_failure) : noted.end();
+    if (best == noted.end() || t->second < best->second) first_failure = c.rank;
+  }
   int result = 0;
   for (const Child& c : children) {
     if (c.status.value_or(0) == 0) continue;

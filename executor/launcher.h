@@ -43,7 +43,13 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local
 
 /// Runs this node's ranks to the end. Returns 0 when all succeed; otherwise the exit status of
 /// the first rank that failed (128 + signal when killed), after writing one line per failed rank
-/// to `err` ("rank 1 exited with status 1 (first to fail)").
+/// to `err` ("rank 1 exited with status 1 (first to fail)"). The first to fail is the one whose
+/// own error came first (RecordRankFailure), not the first to exit: a rank whose peer failed
+/// only loses its connection, and may exit before the peer that caused it.
 int LaunchRanks(const LaunchOptions& options, std::ostream& err);
+
+/// Called by a rank that fails with its own error: notes the time (in the folder the launcher
+/// names in GPIPE_FAILURE_DIR; nothing when it is not set).
+void RecordRankFailure(int rank);
 
 }  // namespace gpipe::executor

@@ -1,6 +1,7 @@
 #include "executor/layers.h"
 
 #include <functional>
+#include <stdexcept>
 #include <mutex>
 
 #include <torch/script.h>
@@ -142,7 +143,20 @@ std::unique_ptr<Layer> BuildNative(const LayerSpec& s) {
 class ScriptLayer final : public Layer {
  public:
   ScriptLayer(std::string name, torch::jit::Module module) : name_(std::move(name)), module_(std::move(module)) {}
-  torch::Tensor Forward(const torch::Tensor& x) override { return module_.forward({x}).toTensor(); }
+  torch::Tensor Forward(const torch::Tensor& x) override {
+    c10::IValue out;
+    try {
+      out = module_.forward({x});
+    } catch (const c10::Error& e) {
+      throw std::runtime_error("layer " + name_ + ": " + e.what_without_backtrace());
+    }
+    if (!out.isTensor()) {
+      throw std::runtime_error("layer " + name_ + " returned " + std::string(out.tagKind()) +
+                               ", not a tensor: each child of the Sequential takes one tensor and returns one");
+    }
+    return out.toTensor();
+  }
+  bool MayWriteInput() const override { return true; }
   std::vector<torch::Tensor> Parameters() override {
     std::vector<torch::Tensor> params;
     for (const torch::Tensor& p : module_.parameters()) params.push_back(p);

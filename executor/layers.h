@@ -28,6 +28,10 @@ class Layer {
   virtual void SetTraining(bool training) = 0;
   virtual void To(const torch::Device& device) = 0;
   virtual const std::string& name() const = 0;
+  /// True when the layer may write into its input (a user's model: ReLU(inplace=True) and the
+  /// like). Whoever hands such a layer a tensor it must keep (a stage's input, a leaf that needs
+  /// its gradient, the batch) hands it a copy.
+  virtual bool MayWriteInput() const { return false; }
 };
 
 /// The number of layers of `model` (for a TorchScript model, its children; loads the file).

@@ -96,6 +96,10 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
     state.size.layers.resize(static_cast<size_t>(n));
     states.push_back(std::move(state));
   }
+  // What is being measured, for an error: a user's layer may throw (a TorchScript child that takes
+  // other arguments, returns nothing, or writes where it may not).
+  std::string where;
+  try {
   for (int round = 0; round < rounds; ++round) {
     for (SizeState& state : states) {
       const int64_t b = state.size.microbatch_size;
@@ -111,11 +115,14 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
         for (int i = 0; i < n; ++i) {
           Layer& layer = *layers[static_cast<size_t>(i)];
           LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
+          where = "layer " + std::to_string(i) + " (" + layer.name() + "), forward";
           ins[i] = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
+          // A layer that may write into its input gets a copy of the leaf whose gradient is measured.
+          const torch::Tensor in = layer.MayWriteInput() ? ins[i].clone() : ins[i];
           const int64_t before = meter.CurrentBytes();
           meter.ResetPeak();
           const double ms = DeviceTimeMs(settings.device, [&] {
-            outs[i] = layer.Forward(ins[i]);
+            outs[i] = layer.Forward(in);
             if (i + 1 == n) outs[i] = LossOf(model, outs[i], batch.target);
           });
           if (round == 0 && !input_only) {
@@ -141,6 +148,8 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           const std::vector<torch::Tensor> grads = grad.defined() ? std::vector<torch::Tensor>{grad} : std::vector<torch::Tensor>{};
           torch::Tensor next_grad;
           double ms = 0, weight_ms = 0;
+          where = "layer " + std::to_string(i) + " (" + layers[static_cast<size_t>(i)]->name() + "), " +
+                  (input_only ? "backward split into I and W" : "backward");
           if (outs[i].requires_grad()) {
             const int64_t before = meter.CurrentBytes();
             meter.ResetPeak();
@@ -175,8 +184,9 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
         }
         clear_grads();
       }
+      where = "the whole model, forward and backward";
       const double whole_ms = DeviceTimeMs(settings.device, [&] {
-        torch::Tensor h = batch.input;
+        torch::Tensor h = layers.front()->MayWriteInput() ? batch.input.clone() : batch.input;
         for (auto& layer : layers) h = layer->Forward(h);
         LossOf(model, h, batch.target).backward();
       });
@@ -187,6 +197,10 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
                                              " (micro-batch " + std::to_string(b) + ")");
       }
     }
+  }
+  } catch (const std::exception& e) {
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    return Status::Invalid("model " + model.name + ", " + where + ": " + (c10 ? c10->what_without_backtrace() : e.what()));
   }
   std::vector<SizeMeasurement> sizes;
   for (SizeState& state : states) {

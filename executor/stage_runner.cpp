@@ -106,6 +106,9 @@ void StageRunner::RunStep(const Action& a, const WireStep& step) {
 }
 
 torch::Tensor StageRunner::RunLayers(StageSetup& stage, torch::Tensor x, std::vector<torch::Tensor>* boundaries) {
+  // The stage input is kept (for its gradient, or for the recompute) and the first stage's is
+  // the batch: a layer that may write into its input gets a copy.
+  if (!stage.layers.empty() && stage.layers.front()->MayWriteInput()) x = x.clone();
   for (auto& layer : stage.layers) {
     x = layer->Forward(x);
     if (boundaries != nullptr) boundaries->push_back(x);

@@ -95,7 +95,10 @@ std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const Prof
 Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettings& settings) {
   at::set_num_threads(settings.threads);
   KeepFreedHostMemory();
-  auto built = BuildLayers(model, 0, model.num_layers(), settings.device);
+  // CountLayers, not model.num_layers(): a TorchScript model's layers are its file's children.
+  Expected<int> count = CountLayers(model);
+  if (!count.ok()) return count.status();
+  auto built = BuildLayers(model, 0, *count, settings.device);
   if (!built.ok()) return built.status();
   std::vector<std::unique_ptr<Layer>>& layers = *built;
   Expected<DataSource> data = DataSource::Open(model);
@@ -133,7 +136,7 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
     costs.source = "optimizer and step overhead timed with CUDA events; ranks on a node are taken not to slow "
                    "each other (a GPU each)";
   } else {
-    auto copy = BuildLayers(model, 0, model.num_layers(), settings.device);
+    auto copy = BuildLayers(model, 0, *count, settings.device);
     if (!copy.ok()) return copy.status();
     std::tie(costs.forward_overhead_ms, costs.backward_overhead_ms) =
         ActionOverheads(model, settings, std::move(*copy), batch);

@@ -168,6 +168,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
         meter.ResetPeak();  // each action's own peak; the step's is their maximum
         const ActionMarks marks = runner.Execute(actions, index);
         step_peak = std::max(step_peak, meter.PeakBytes());
+        outcome.record.peak_reserved_bytes = std::max(outcome.record.peak_reserved_bytes, meter.PeakReservedBytes());
         timed.push_back({marks, {step, actions[index], 0, 0, 0, meter.CurrentBytes(), meter.PeakBytes()}});
       }
       meter.ResetPeak();
@@ -184,6 +185,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       }
       outcome.steps.push_back({step, loss, time_ms});
       step_peak = std::max(step_peak, meter.PeakBytes());
+      outcome.record.peak_reserved_bytes = std::max(outcome.record.peak_reserved_bytes, meter.PeakReservedBytes());
       outcome.record.step_peak_memory_bytes.push_back(step_peak);
       outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, step_peak);
       if (options.on_step) options.on_step(step, options.steps, loss, time_ms);

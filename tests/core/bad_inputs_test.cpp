@@ -301,6 +301,7 @@ const Row kRows[] = {
     {R, "/ranks/0/step_peak_memory_bytes", "[1e300]",
      "run.json.ranks[0].step_peak_memory_bytes: holds 1e+300; byte counts are numbers in [0, 9e18]"},
     {R, "/global_batch", "0", "run.json.global_batch: expected a whole number >= 1, got 0"},
+    {R, "/clock", "\"wall\"", "run.json.clock: is \"wall\"; expected \"host\" or \"cuda-events\""},
 };
 // clang-format on
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "executor/checkpoint.h"
 #include "executor/layers.h"
@@ -18,6 +19,16 @@ namespace gpipe::executor {
 namespace {
 
 using testing::TinyGpt;
+
+// Removes a folder and the files in it. File by file: std::filesystem::remove_all resolves to
+// libtorch's copy in this binary, which crashes.
+void RemoveFolder(const std::string& dir) {
+  std::error_code ec;
+  std::vector<std::filesystem::path> files;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir, ec)) files.push_back(entry.path());
+  for (auto it = files.rbegin(); it != files.rend(); ++it) std::filesystem::remove(*it, ec);
+  std::filesystem::remove(dir, ec);
+}
 
 TEST(CudaDeviceTest, LocalRankZeroWithOneGpuBindsDeviceZero) {
   Expected<int> device = CudaDeviceForLocalRank(0, 1, "SLURM_LOCALID", std::string("3"));
@@ -119,7 +130,7 @@ void FakeGradients(const std::vector<torch::Tensor>& params, double value) {
 TEST(CheckpointDeviceTest, LoadsOntoTheDeviceItIsGiven) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / ("gpipe-device-test-" + std::to_string(::getpid()))).string();
-  std::filesystem::remove_all(dir);
+  RemoveFolder(dir);
   const ModelSpec model = TinyGpt(1);
 
   // Train one step so the optimizer has state (Adam's moments), then save.
@@ -161,7 +172,7 @@ TEST(CheckpointDeviceTest, LoadsOntoTheDeviceItIsGiven) {
   std::vector<StageSetup> again = OneStage(model);
   torch::optim::Adam again_optimizer(ParametersOf(again[0].layers), torch::optim::AdamOptions(0.01));
   EXPECT_TRUE(LoadRankState(dir, 1, 0, again, again_optimizer).ok());
-  std::filesystem::remove_all(dir);
+  RemoveFolder(dir);
 }
 
 TEST(MemoryMeterTest, CpuReservesNothing) {

@@ -277,6 +277,116 @@ def torchscript_model(binary, tmp):
     assert l[-1] < l[0], l
 
 
+def scripted_model(tmp, name, net):
+    """Saves `net` (an nn.Sequential) scripted, and a gpipe-model/1 naming it; returns the model path."""
+    import torch
+    torch.jit.script(net).save(os.path.join(tmp, name + ".pt"))
+    model = {"format": "gpipe-model/1", "name": name, "input": {"kind": "tokens", "vocab": 96, "seq_len": 16},
+             "data": {"kind": "text", "path": os.path.join(SOURCE, "models", "text", "public-domain.txt")},
+             "learning_rate": 0.05, "torchscript": name + ".pt"}
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(model, f)
+    return path
+
+
+def cut_plan(binary, tmp, name, profile, cut, remat, microbatches=4, batch=16):
+    """A K=2 plan of `profile` cut before layer `cut` (1 rank when cut is None)."""
+    path = os.path.join(tmp, name + ".json")
+    sh([binary, "plan", "--profile", profile, "--cluster", CLUSTER, "--global-batch", str(batch),
+        "--stages", "1" if cut is None else "2", "--microbatches", str(microbatches), "--schedule", "1f1b",
+        "--remat", remat, "--replicas", "1", "-o", path])
+    if cut is not None:
+        doc = record(path)
+        doc["stages"][0]["layers"][1] = cut
+        doc["stages"][1]["layers"][0] = cut
+        with open(path, "w") as f:
+            json.dump(doc, f)
+    return path
+
+
+def inplace_first_layer(binary, tmp):
+    """ReLU(inplace=True) as the first layer of a stage and of the profile's one-layer passes: the
+    profiler and both stages hand it a copy, so profile works and K=2 trains as one process does,
+    remat off and on (issue 15: a stock ResNet's in-place ReLU aborted both)."""
+    import torch
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Embedding(96, 32), torch.nn.ReLU(inplace=True), torch.nn.Linear(32, 64),
+                              torch.nn.ReLU(inplace=True), torch.nn.Linear(64, 96))
+    model = scripted_model(tmp, "inplace", net)
+    profile = os.path.join(tmp, "profile.json")
+    sh([binary, "profile", "--model", model, "--microbatch-size", "4", "--warmup", "0", "--repeats", "1",
+        "--ranks-per-node", "1", "-o", profile], cwd=tmp)
+    one = os.path.join(tmp, "one.json")
+    sh([binary, "run", cut_plan(binary, tmp, "p1", profile, None, "off"), "--model", model, "--steps", "3",
+        "--record", one], cwd=tmp)
+    for cut in (1, 3):
+        for remat in ("off", "on"):
+            out = os.path.join(tmp, f"run-{cut}-{remat}.json")
+            sh([binary, "run", cut_plan(binary, tmp, f"p{cut}{remat}", profile, cut, remat), "--model", model,
+                "--steps", "3", "--record", out], cwd=tmp)
+            got, want = losses(record(out)), losses(record(one))
+            assert all(abs(a - b) < 1e-5 for a, b in zip(got, want)), (cut, remat, got, want)
+
+
+def bad_scripted_layers(binary, tmp):
+    """A child that returns nothing, and one that takes two arguments: profile and run end with one
+    line naming the model and the layer, exit 1, never an abort or a C++ stack trace."""
+    import torch
+
+    class Nothing(torch.nn.Module):
+        def forward(self, x):
+            return None
+
+    class TwoArgs(torch.nn.Module):
+        def forward(self, x, y):
+            return x + y
+
+    class Holder(torch.nn.Module):
+        """Children that an nn.Sequential would not compile with; its own forward is never used."""
+        def __init__(self, *layers):
+            super().__init__()
+            for i, layer in enumerate(layers):
+                self.add_module(str(i), layer)
+
+        def forward(self, x):
+            return x
+
+    for name, bad in (("returns-nothing", Nothing()), ("two-arguments", TwoArgs())):
+        model = scripted_model(tmp, name, Holder(torch.nn.Embedding(96, 8), bad, torch.nn.Linear(8, 96)))
+        result = sh([binary, "profile", "--model", model, "--microbatch-size", "4", "--warmup", "0", "--repeats", "1",
+                     "-o", os.path.join(tmp, "x.json")], check=False, cwd=tmp)
+        err = result.stderr
+        assert result.returncode == 1, (name, result.returncode, err)
+        assert f"model {name}, layer 1 (1), forward" in err, (name, err)
+        assert "terminate called" not in err and "Exception raised from" not in err and "frame #" not in err, err
+
+
+def first_failure_named(binary, tmp):
+    """Rank 1's own layer fails; rank 0 then only loses its connection. The launcher names rank 1
+    as the first to fail, by the time each rank noted its own error, not by which exited first."""
+    import torch
+
+    class Boom(torch.nn.Module):
+        def forward(self, x):
+            if x.numel() > 0:
+                raise RuntimeError("boom in stage 1")
+            return x
+
+    net = torch.nn.Sequential(torch.nn.Embedding(96, 8), torch.nn.Linear(8, 8), Boom(), torch.nn.Linear(8, 96))
+    model = scripted_model(tmp, "boom", net)
+    layer = {"forward_ms": 1, "backward_ms": 2, "param_bytes": 1000, "activation_bytes": 1000, "output_bytes": 100}
+    profile = os.path.join(tmp, "profile.json")
+    with open(profile, "w") as f:
+        json.dump({"format": "gpipe-profile/1", "model": "boom", "device": "cpu", "microbatch_size": 4,
+                   "layers": [dict(layer, name=f"layer{i}") for i in range(4)]}, f)
+    result = sh([binary, "run", cut_plan(binary, tmp, "p", profile, 2, "off"), "--model", model, "--steps", "2",
+                 "--timeout", "20"], check=False, cwd=tmp)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert "rank 1 exited with status 1 (first to fail)" in result.stderr, result.stderr
+    assert "boom in stage 1" in result.stderr, result.stderr
+
+
 def profile_then_plan(binary, tmp):
     """gpipe-plan profile writes a profile that plan accepts, at several micro-batch sizes; the
     planner says when it interpolates between them; profile-links writes a cluster plan accepts."""
@@ -345,7 +455,7 @@ def validate_compare_calibrate(binary, tmp):
     sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
 
 
-CASES = {f.__name__: f for f in [two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
+CASES = {f.__name__: f for f in [inplace_first_layer, bad_scripted_layers, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
 
