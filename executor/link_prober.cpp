@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
-#include <stdexcept>
-#include <thread>
+#include <optional>
 
 #ifdef GPIPE_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -30,35 +29,6 @@ int64_t DeviceMemoryBytes(const std::string& device, int ranks_here) {
   (void)device;
   const int64_t pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages * page / std::max(1, ranks_here);
-}
-
-// How long `body` takes. On a GPU, by CUDA events recorded on the current stream around it: NCCL's
-// sends, receives and all-reduces return to the host before they finish (a Wait() only makes the
-// current stream wait for them), so the host clock would time the issuing, not the transfer. The
-// end event is polled rather than synchronized so that a peer that stopped answering becomes an
-// error after `timeout` instead of a hang. On the CPU, the host clock around the (blocking) body.
-double StreamTimeMs(const torch::Device& device, std::chrono::milliseconds timeout, const std::function<void()>& body) {
-#ifdef GPIPE_WITH_CUDA
-  if (device.is_cuda()) {
-    at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
-    start.record();
-    body();
-    end.record();
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (!end.query()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        throw std::runtime_error("the GPU stream did not finish the exchange within " +
-                                 std::to_string(timeout.count()) + " ms");
-      }
-      std::this_thread::yield();  // spin: a sleeping rank would post its next message late
-    }
-    return static_cast<double>(start.elapsed_time(end));
-  }
-#endif
-  (void)timeout;
-  const auto start = std::chrono::steady_clock::now();
-  body();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 // This rank's GPU as the other ranks see it, to name each measured pair's link ("nvlink", "pcie" or
@@ -133,7 +103,7 @@ std::vector<AllReduceSample> ProbeAllReduce(Communicator& comm, const torch::Dev
         const int repeats = bytes >= (int64_t{1} << 24) ? std::max(3, settings.repeats / 4) : settings.repeats;
         std::vector<double> times;
         for (int rep = 0; rep < repeats + 1; ++rep) {
-          const double ms = StreamTimeMs(device, settings.timeout, [&] {
+          const double ms = DeviceTimeMs(device, [&] {
             std::vector<torch::Tensor> pieces;
             for (const torch::Tensor& g : grads) pieces.push_back(g.reshape({-1}));
             torch::Tensor flat = torch::cat(pieces);
@@ -143,7 +113,7 @@ std::vector<AllReduceSample> ProbeAllReduce(Communicator& comm, const torch::Dev
               g.copy_(flat.narrow(0, offset, g.numel()).view_as(g));
               offset += g.numel();
             }
-          });
+          }, settings.timeout);
           if (rep > 0) times.push_back(ms);  // the first also sets up the group
         }
         if (comm.rank() == 0) {
@@ -212,7 +182,7 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
             if (env.rank != from && env.rank != to) continue;
             // The round trip: the host clock on the CPU, events on the current stream on a GPU.
             // Issuing a send is the host's time either way: how long the call holds the rank.
-            const double ms = StreamTimeMs(device, settings.timeout, [&] {
+            const double ms = DeviceTimeMs(device, [&] {
               const auto start = std::chrono::steady_clock::now();
               if (env.rank == from) {
                 std::unique_ptr<PendingWork> sent = (*comm)->Send(buffer, to, 1);
@@ -225,7 +195,7 @@ Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(con
                 (*comm)->Recv(buffer, from, 1)->Wait();
                 (*comm)->Send(buffer, from, 2)->Wait();
               }
-            });
+            }, settings.timeout);
             if (rep > 0) one_way.push_back(ms / 2);  // the first exchange warms up
           }
           if (env.rank == from) fit.samples.emplace_back(bytes, Summarize(one_way).median_ms);

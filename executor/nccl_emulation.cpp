@@ -33,7 +33,8 @@ class EmulatedWork final : public PendingWork {
 
 class EmulatedCommunicator final : public Communicator {
  public:
-  EmulatedCommunicator(std::shared_ptr<NcclHub> hub, int rank) : hub_(std::move(hub)), rank_(rank) {}
+  EmulatedCommunicator(std::shared_ptr<NcclHub> hub, int rank)
+      : hub_(std::move(hub)), rank_(rank), records_(MakeLocalCommunicator(hub_->records(), rank)) {}
   ~EmulatedCommunicator() override { hub_->Leave(rank_); }
   int rank() const override { return rank_; }
   int size() const override { return hub_->size(); }
@@ -55,16 +56,13 @@ class EmulatedCommunicator final : public Communicator {
     hub_->Reduce(rank_, all, torch::zeros({1}));
   }
   std::vector<std::string> GatherToRankZero(const std::string& mine) override {
-    hub_->PostString(rank_, mine);
-    std::vector<std::string> all;
-    if (rank_ != 0) return all;
-    for (int r = 0; r < hub_->size(); ++r) all.push_back(hub_->TakeString(r));
-    return all;
+    return records_->GatherToRankZero(mine);
   }
 
  private:
   std::shared_ptr<NcclHub> hub_;
   int rank_;
+  std::unique_ptr<Communicator> records_;  // host-side, as c10d's store is: no NCCL rules
 };
 
 }  // namespace
@@ -252,23 +250,6 @@ torch::Tensor NcclHub::Reduce(int rank, const std::vector<int>& group, const tor
   return r.result.clone();
 }
 
-void NcclHub::PostString(int from, std::string text) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  strings_[from].push_back(std::move(text));
-  changed_.notify_all();
-}
-
-std::string NcclHub::TakeString(int from) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  auto& box = strings_[from];
-  const bool arrived = changed_.wait_for(lock, timeout_, [&] { return !box.empty() || !abort_reason_.empty(); });
-  ThrowIfAborted();
-  if (!arrived) throw std::runtime_error("rank 0 waited for rank " + std::to_string(from) + "'s record in vain");
-  std::string text = std::move(box.front());
-  box.pop_front();
-  return text;
-}
-
 void NcclHub::Leave(int rank) {
   std::lock_guard<std::mutex> lock(mutex_);
   left_[static_cast<size_t>(rank)] = true;
@@ -278,9 +259,12 @@ void NcclHub::Leave(int rank) {
 }
 
 void NcclHub::Abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (abort_reason_.empty()) abort_reason_ = reason;
-  changed_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (abort_reason_.empty()) abort_reason_ = reason;
+    changed_.notify_all();
+  }
+  records_->Abort(reason);
 }
 
 std::unique_ptr<Communicator> MakeNcclEmulation(std::shared_ptr<NcclHub> hub, int rank) {

@@ -28,6 +28,7 @@
 
 #include "core/schedule/wire.h"
 #include "executor/communicator.h"
+#include "executor/local_communicator.h"
 
 namespace gpipe::executor {
 
@@ -35,7 +36,7 @@ class NcclHub : public std::enable_shared_from_this<NcclHub> {
  public:
   NcclHub(int size, NcclQueues queues, std::chrono::milliseconds timeout)
       : size_(size), queues_(queues), timeout_(timeout), waiting_(static_cast<size_t>(size), nullptr),
-        left_(static_cast<size_t>(size), false) {}
+        left_(static_cast<size_t>(size), false), records_(std::make_shared<LocalHub>(size, timeout)) {}
   int size() const { return size_; }
   NcclQueues queues() const { return queues_; }
 
@@ -48,8 +49,8 @@ class NcclHub : public std::enable_shared_from_this<NcclHub> {
   bool Done(const std::shared_ptr<Op>& op);
   /// Sums over `group` (a collective on the group's own communicator); each caller gets the sum.
   torch::Tensor Reduce(int rank, const std::vector<int>& group, const torch::Tensor& contribution);
-  void PostString(int from, std::string text);
-  std::string TakeString(int from);
+  /// Where the ranks' records are gathered (host-side, as c10d's store is: no NCCL rules).
+  std::shared_ptr<LocalHub> records() { return records_; }
   /// Rank `rank` has left the job (done or failed); a wait on it can then never end.
   void Leave(int rank);
   void Abort(const std::string& reason);
@@ -83,7 +84,7 @@ class NcclHub : public std::enable_shared_from_this<NcclHub> {
     std::vector<int> waiters;
   };
   std::map<std::vector<int>, Reduction> reductions_;
-  std::map<int, std::deque<std::string>> strings_;
+  std::shared_ptr<LocalHub> records_;
   std::string abort_reason_;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
+#include <thread>
 
 #ifdef GPIPE_WITH_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -27,18 +29,30 @@ nlohmann::json TimingJson(const Timing& t) { return {{"median_ms", t.median_ms},
 
 }  // namespace
 
-double DeviceTimeMs(const torch::Device& device, const std::function<void()>& body) {
+double DeviceTimeMs(const torch::Device& device, const std::function<void()>& body, std::chrono::milliseconds deadline) {
 #ifdef GPIPE_WITH_CUDA
   if (device.is_cuda()) {
     at::cuda::CUDAEvent start(cudaEventDefault), end(cudaEventDefault);
     start.record();
     body();
     end.record();
-    end.synchronize();
+    if (deadline.count() <= 0) {
+      end.synchronize();
+    } else {
+      // Polled, so that a peer that stopped answering becomes an error instead of a hang.
+      const auto until = std::chrono::steady_clock::now() + deadline;
+      while (!end.query()) {
+        if (std::chrono::steady_clock::now() > until) {
+          throw std::runtime_error("the GPU stream did not finish within " + std::to_string(deadline.count()) + " ms");
+        }
+        std::this_thread::yield();  // spin: a sleeping rank would post its next message late
+      }
+    }
     return start.elapsed_time(end);
   }
 #endif
   (void)device;
+  (void)deadline;
   const auto start = std::chrono::steady_clock::now();
   body();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -11,6 +11,7 @@
 // rank will have; GPU times use CUDA events.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 #include <vector>
@@ -70,8 +71,11 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
 Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& settings,
                                 const std::vector<SizeMeasurement>& sizes);
 
-/// How long `body` takes on `device`: CUDA events on its stream on a GPU, a steady clock on the CPU.
-double DeviceTimeMs(const torch::Device& device, const std::function<void()>& body);
+/// How long `body` takes on `device`: CUDA events on its stream on a GPU (NCCL's work returns to
+/// the host before it finishes), a steady clock on the CPU. With a `deadline`, the GPU's end event
+/// is polled and a stream still busy after it is an error (a peer that stopped answering).
+double DeviceTimeMs(const torch::Device& device, const std::function<void()>& body,
+                    std::chrono::milliseconds deadline = std::chrono::milliseconds(0));
 
 /// The median and half the interquartile range of `samples` (REQUIRES: not empty).
 Timing Summarize(std::vector<double> samples);

@@ -47,6 +47,18 @@ install_torch() {
   fi
 }
 
+# Test dependencies: real models built from configs with random weights (nothing is downloaded at
+# run time). torchvision pinned to the release that matches torch GPIPE_TORCH_VERSION.
+GPIPE_TORCHVISION_VERSION=0.26.0
+install_test_models() {
+  if python3 -c "import sys, torchvision; sys.exit(torchvision.__version__.split('+')[0] != '$GPIPE_TORCHVISION_VERSION')" 2>/dev/null; then
+    return 0
+  fi
+  echo "installing torchvision==$GPIPE_TORCHVISION_VERSION from PyPI (ResNet-18 for the executor's tests)"
+  python3 -m pip install -q --root-user-action=ignore "torch==$GPIPE_TORCH_VERSION" "torchvision==$GPIPE_TORCHVISION_VERSION" ||
+    echo "NOTE: pip could not install torchvision==$GPIPE_TORCHVISION_VERSION; the ResNet-18 test (run_resnet18_torchvision) will fail"
+}
+
 # The CMAKE_PREFIX_PATH under which find_package(Torch) finds LibTorch.
 torch_cmake_prefix() {
   local prefix

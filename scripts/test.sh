@@ -15,6 +15,7 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 install_missing_packages
 install_torch
+install_test_models
 
 cmake -S . -B build-core -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPIPE_WERROR=ON -DGPIPE_WITH_TORCH=OFF ${CMAKE_ARGS:-}
 cmake --build build-core

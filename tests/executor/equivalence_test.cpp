@@ -90,15 +90,23 @@ using Case = std::tuple<ScheduleKind, int, int, bool>;  // schedule, K, M, remat
 
 class EquivalenceTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(EquivalenceTest, ParametersMatchOneProcessOnTheWholeBatch) {
-  const auto [schedule, ranks, microbatches, remat] = GetParam();
+// The case's plan of a 6-block tiny GPT cut evenly (interleaved: two chunks per rank), or why it
+// cannot be built (interleaved needs M a multiple of K).
+Expected<Plan> CasePlan(const Case& c, const ModelSpec& model, int64_t global_batch) {
+  const auto [schedule, ranks, microbatches, remat] = c;
   const int chunks = schedule == ScheduleKind::kInterleaved1F1B ? 2 : 1;
-  const ModelSpec model = TinyGpt(/*blocks=*/6);
-  const Plan plan = EvenPlan(model.num_layers(), schedule, ranks, chunks, microbatches, /*replicas=*/1,
-                             /*global_batch=*/8, remat, Optimizer::kSgd);
+  Plan plan = EvenPlan(model.num_layers(), schedule, ranks, chunks, microbatches, /*replicas=*/1, global_batch, remat,
+                       Optimizer::kSgd);
   const Expected<Schedule> shape = BuildSchedule(plan);
-  if (!shape.ok()) GTEST_SKIP() << shape.status().message();
-  ExpectMatchesOneProcess(plan, model, 2e-6);
+  if (!shape.ok()) return shape.status();
+  return plan;
+}
+
+TEST_P(EquivalenceTest, ParametersMatchOneProcessOnTheWholeBatch) {
+  const ModelSpec model = TinyGpt(/*blocks=*/6);
+  const Expected<Plan> plan = CasePlan(GetParam(), model, /*global_batch=*/8);
+  if (!plan.ok()) GTEST_SKIP() << plan.status().message();
+  ExpectMatchesOneProcess(*plan, model, 2e-6);
 }
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
@@ -121,14 +129,11 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, EquivalenceTest,
 class NcclWireTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(NcclWireTest, ParametersMatchOneProcessUnderNcclRules) {
-  const auto [schedule, ranks, microbatches, remat] = GetParam();
-  const int chunks = schedule == ScheduleKind::kInterleaved1F1B ? 2 : 1;
   const ModelSpec model = TinyGpt(/*blocks=*/6);
-  const Plan plan = EvenPlan(model.num_layers(), schedule, ranks, chunks, microbatches, /*replicas=*/1,
-                             /*global_batch=*/2 * microbatches, remat, Optimizer::kSgd);
-  const Expected<Schedule> shape = BuildSchedule(plan);
-  if (!shape.ok()) GTEST_SKIP() << shape.status().message();
-  ExpectMatchesOneProcess(plan, model, 2e-6, "nccl");
+  // Micro-batches of two samples: every M from 1 to 8 divides the batch.
+  const Expected<Plan> plan = CasePlan(GetParam(), model, /*global_batch=*/2 * std::get<2>(GetParam()));
+  if (!plan.ok()) GTEST_SKIP() << plan.status().message();
+  ExpectMatchesOneProcess(*plan, model, 2e-6, "nccl");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, NcclWireTest,

@@ -6,6 +6,7 @@ Each case makes its own plans with `gpipe-plan plan`, runs them, and asserts on 
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -329,6 +330,35 @@ def inplace_first_layer(binary, tmp):
             assert all(abs(a - b) < 1e-5 for a, b in zip(got, want)), (cut, remat, got, want)
 
 
+def resnet18_torchvision(binary, tmp):
+    """torchvision's ResNet-18, unmodified (ReLU(inplace=True)), from models/examples/resnet18.py:
+    profiled, planned with K=2 (cut so that stage 1 starts at the in-place ReLU, and as the planner
+    cuts it), trained over Gloo with remat off and on, with the losses of one process that runs the
+    same micro-batches (batch norm's statistics are per micro-batch, so the same M)."""
+    sh([sys.executable, os.path.join(SOURCE, "models", "examples", "resnet18.py"), os.path.join(tmp, "resnet18.pt")])
+    shutil.copy(os.path.join(SOURCE, "models", "examples", "resnet18.json"), tmp)
+    model = os.path.join(tmp, "resnet18.json")
+    profile = os.path.join(tmp, "profile.json")
+    sh([binary, "profile", "--model", model, "--microbatch-size", "4", "--warmup", "0", "--repeats", "1",
+        "--ranks-per-node", "1", "-o", profile], cwd=tmp)
+    assert len(record(profile)["layers"]) == 11  # conv1 bn1 relu maxpool layer1-4 avgpool flatten fc
+    one = os.path.join(tmp, "one.json")
+    sh([binary, "run", cut_plan(binary, tmp, "p1", profile, None, "off", microbatches=2, batch=8), "--model", model,
+        "--steps", "3", "--record", one], cwd=tmp)
+    want = losses(record(one))
+    for cut, remat in ((2, "off"), (2, "on"), (None, "off")):
+        if cut is None:  # the planner's own cut, K=2
+            p = os.path.join(tmp, "p2-planned.json")
+            sh([binary, "plan", "--profile", profile, "--cluster", CLUSTER, "--global-batch", "8", "--stages", "2",
+                "--microbatches", "2", "--schedule", "1f1b", "--remat", remat, "--replicas", "1", "-o", p])
+        else:
+            p = cut_plan(binary, tmp, f"p2-{cut}-{remat}", profile, cut, remat, microbatches=2, batch=8)
+        out = os.path.join(tmp, f"run-{cut}-{remat}.json")
+        sh([binary, "run", p, "--model", model, "--steps", "3", "--record", out], cwd=tmp)
+        got = losses(record(out))
+        assert all(abs(a - b) < 1e-4 * max(1.0, abs(b)) for a, b in zip(got, want)), (cut, remat, got, want)
+
+
 def bad_scripted_layers(binary, tmp):
     """A child that returns nothing, and one that takes two arguments: profile and run end with one
     line naming the model and the layer, exit 1, never an abort or a C++ stack trace."""
@@ -455,7 +485,7 @@ def validate_compare_calibrate(binary, tmp):
     sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
 
 
-CASES = {f.__name__: f for f in [inplace_first_layer, bad_scripted_layers, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
+CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
 
