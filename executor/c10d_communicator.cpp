@@ -1,6 +1,7 @@
 #include "executor/c10d_communicator.h"
 
 #include "core/schedule/wire.h"
+#include "executor/exception_text.h"
 
 #include <netdb.h>
 #include <sys/socket.h>
@@ -23,11 +24,6 @@
 namespace gpipe::executor {
 namespace {
 
-std::string Describe(const std::exception& e) {
-  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return c10->what_without_backtrace();
-  return e.what();
-}
-
 class C10dWork final : public PendingWork {
  public:
   // `timeout` zero: wait() without one, which on NCCL makes the current stream wait (c10d's
@@ -40,7 +36,7 @@ class C10dWork final : public PendingWork {
     try {
       if (!work_->wait(timeout_) && timeout_ != ::kNoTimeout) throw std::runtime_error("timed out");
     } catch (const std::exception& e) {
-      throw std::runtime_error(what_ + " failed: " + Describe(e));
+      throw std::runtime_error(what_ + " failed: " + ExceptionText(e));
     }
     waited_ = true;
   }
@@ -110,7 +106,7 @@ class C10dCommunicator final : public Communicator {
       try {
         store_->wait({key}, options_.timeout);
       } catch (const std::exception& e) {
-        throw std::runtime_error("rank 0 waited for rank " + std::to_string(r) + "'s record in vain: " + Describe(e));
+        throw std::runtime_error("rank 0 waited for rank " + std::to_string(r) + "'s record in vain: " + ExceptionText(e));
       }
       const std::vector<uint8_t> bytes = store_->get(key);
       all.emplace_back(bytes.begin(), bytes.end());
@@ -129,7 +125,7 @@ class C10dCommunicator final : public Communicator {
       return std::make_unique<C10dWork>(start(), "rank " + std::to_string(options_.rank) + ": " + what,
                                         options_.nccl ? ::kNoTimeout : options_.timeout);
     } catch (const std::exception& e) {
-      throw std::runtime_error("rank " + std::to_string(options_.rank) + ": " + what + " failed: " + Describe(e));
+      throw std::runtime_error("rank " + std::to_string(options_.rank) + ": " + what + " failed: " + ExceptionText(e));
     }
   }
 
@@ -246,7 +242,7 @@ Expected<std::unique_ptr<Communicator>> ConnectC10d(const RendezvousOptions& opt
   } catch (const std::exception& e) {
     return Status::Invalid("rank " + std::to_string(options.rank) + " of " + std::to_string(options.world_size) +
                            ": could not join the job at " + where + " within " +
-                           std::to_string(options.timeout.count() / 1000) + " s: " + Describe(e) +
+                           std::to_string(options.timeout.count() / 1000) + " s: " + ExceptionText(e) +
                            " (is every rank started, with the same MASTER_ADDR/MASTER_PORT, and the port free?)");
   }
 }

@@ -9,7 +9,6 @@
 #include <optional>
 
 #ifdef GPIPE_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -145,23 +144,14 @@ Link FitLink(const std::vector<std::pair<int64_t, double>>& samples) {
 
 Expected<std::optional<std::pair<Cluster, std::vector<LinkFit>>>> ProbeLinks(const WorkerEnv& env,
                                                                               const LinkProbeSettings& settings) {
-  const torch::Device device = settings.device == "cuda"
-                                   ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank))
-                                   : torch::Device(torch::kCPU);
-#ifdef GPIPE_WITH_CUDA
-  // This rank's GPU current for the whole probe: the events time its current stream, which is
-  // also the stream NCCL's waits hold back.
-  std::optional<c10::cuda::CUDAGuard> on_device;
-  if (device.is_cuda()) {
-    int gpus = 0;
-    if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    Expected<int> bound = CudaDeviceForLocalRank(env.local_rank, gpus, env.local_rank_var,
-                                                 visible ? std::optional<std::string>(visible) : std::nullopt);
+  // On a GPU, this rank's device is bound as `run` binds it: the current device for the whole
+  // probe, so the events time its current stream, which is also the stream NCCL's waits hold back.
+  torch::Device device(torch::kCPU);
+  if (settings.device == "cuda") {
+    Expected<int> bound = BindCudaRank(env, settings.timeout);
     if (!bound.ok()) return bound.status().WithContext("rank " + std::to_string(env.rank));
-    on_device.emplace(device.index());
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(*bound));
   }
-#endif
   RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
                                                settings.timeout, settings.device == "cuda");
   rendezvous.device_index = device.is_cuda() ? device.index() : 0;

@@ -11,6 +11,7 @@
 
 #include "core/statistics.h"
 #include "executor/data.h"
+#include "executor/exception_text.h"
 #include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
@@ -213,8 +214,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
     }
   }
   } catch (const std::exception& e) {
-    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-    return Status::Invalid("model " + model.name + ", " + where + ": " + (c10 ? c10->what_without_backtrace() : e.what()));
+    return Status::Invalid("model " + model.name + ", " + where + ": " + ExceptionText(e));
   }
   std::vector<SizeMeasurement> sizes;
   for (SizeState& state : states) {

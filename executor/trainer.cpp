@@ -7,6 +7,7 @@
 
 #include "executor/action_clock.h"
 #include "executor/checkpoint.h"
+#include "executor/exception_text.h"
 #include "executor/data.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
@@ -195,9 +196,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
         where += ", action " + ActionToText(actions[index]) + " (" + std::to_string(index + 1) + " of " +
                  std::to_string(actions.size()) + ")";
       }
-      std::string what = e.what();
-      if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) what = c10->what_without_backtrace();
-      return Status::Invalid(where + ": " + what);
+      return Status::Invalid(where + ": " + ExceptionText(e));
     }
     const bool last = step + 1 == options.steps;
     if (!options.checkpoint_dir.empty() && options.checkpoint_every > 0 &&

@@ -234,6 +234,22 @@ std::vector<std::pair<std::string, std::string>> NcclEnvironmentDefaults(
   return defaults;
 }
 
+Expected<int> BindCudaRank(const WorkerEnv& env, std::chrono::milliseconds timeout) {
+  // The device and NCCL's settings are in place before the process group exists: it reads both
+  // when it is constructed.
+  const std::map<std::string, std::string> environment = EnvironmentMap();
+  const auto visible = environment.find("CUDA_VISIBLE_DEVICES");
+  Expected<int> device = CudaDeviceForLocalRank(
+      env.local_rank, static_cast<int>(torch::cuda::device_count()), env.local_rank_var,
+      visible == environment.end() ? std::nullopt : std::optional<std::string>(visible->second));
+  if (!device.ok()) return device.status();
+  GPIPE_RETURN_IF_ERROR(BindCudaDevice(*device));
+  for (const auto& [name, value] : NcclEnvironmentDefaults(timeout, environment)) {
+    setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
+  }
+  return device;
+}
+
 Expected<Schedule> CheckRunnable(const Plan& plan, const ModelSpec& model, int world_size) {
   Expected<int> layers = CountLayers(model);
   if (!layers.ok()) return layers.status();
@@ -273,19 +289,9 @@ Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& 
   }
   int cuda_device = 0;
   if (cuda) {
-    // The device and NCCL's settings are in place before the process group exists: it reads both
-    // when it is constructed.
-    const std::map<std::string, std::string> environment = EnvironmentMap();
-    const auto visible = environment.find("CUDA_VISIBLE_DEVICES");
-    Expected<int> device = CudaDeviceForLocalRank(
-        env.local_rank, static_cast<int>(torch::cuda::device_count()), env.local_rank_var,
-        visible == environment.end() ? std::nullopt : std::optional<std::string>(visible->second));
+    Expected<int> device = BindCudaRank(env, settings.timeout);
     if (!device.ok()) return device.status();
     cuda_device = *device;
-    GPIPE_RETURN_IF_ERROR(BindCudaDevice(cuda_device));
-    for (const auto& [name, value] : NcclEnvironmentDefaults(settings.timeout, environment)) {
-      setenv(name.c_str(), value.c_str(), /*overwrite=*/0);
-    }
   }
   RendezvousOptions rendezvous = RendezvousFor(env.rank, env.world_size, env.master_addr, env.master_port,
                                                settings.timeout, cuda);
@@ -351,13 +357,7 @@ Expected<RunRecord> TrainInProcess(const Plan& plan, const ModelSpec& model, con
       at::set_num_threads(settings.threads_per_rank);
       std::unique_ptr<Communicator> comm = nccl ? MakeNcclEmulation(emulated, r) : MakeLocalCommunicator(exact, r);
       Expected<RankOutcome> outcome = TrainRank(plan, model, *schedule, *comm, options);
-      if (!outcome.ok()) {
-        if (nccl) {
-          emulated->Abort(outcome.status().message());
-        } else {
-          exact->Abort(outcome.status().message());
-        }
-      }
+      if (!outcome.ok()) nccl ? emulated->Abort(outcome.status().message()) : exact->Abort(outcome.status().message());
       results[static_cast<size_t>(r)] = std::move(outcome);
     });
   }

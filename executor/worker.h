@@ -43,12 +43,17 @@ Expected<int> CudaDeviceForLocalRank(int local_rank, int device_count, const std
                                      const std::optional<std::string>& cuda_visible_devices = std::nullopt);
 
 /// The ProcessGroupNCCL environment defaults a CUDA rank sets before its process group exists, so
-/// that a timed-out collective surfaces as this program's own timeout error (--timeout, raised by
-/// its waits) rather than the NCCL watchdog tearing the process down first. Only variables absent
+/// that a timed-out collective surfaces as this program's own timeout error (--timeout: the end of
+/// a step waits that long for the GPU) rather than the NCCL watchdog tearing the process down first. Only variables absent
 /// from `env` are returned (a user's own setting wins); the caller sets them with overwrite=0.
 /// worker.cpp documents each choice against the torch headers.
 std::vector<std::pair<std::string, std::string>> NcclEnvironmentDefaults(
     std::chrono::milliseconds timeout, const std::map<std::string, std::string>& env);
+
+/// For a rank of a `--device cuda` job, before its process group exists: binds the GPU its local
+/// rank names (CudaDeviceForLocalRank over the GPUs this process sees) and sets NCCL's environment
+/// defaults for `timeout` (NcclEnvironmentDefaults). Returns the bound device's index.
+Expected<int> BindCudaRank(const WorkerEnv& env, std::chrono::milliseconds timeout);
 
 struct RunSettings {
   int steps = 10;
