@@ -48,15 +48,22 @@ install_torch() {
 }
 
 # Test dependencies: real models built from configs with random weights (nothing is downloaded at
-# run time). torchvision pinned to the release that matches torch GPIPE_TORCH_VERSION.
+# run time). torchvision pinned to the release that matches torch GPIPE_TORCH_VERSION; transformers
+# (GPT-2 and Llama in models/examples, exported by executor/export_model.py) pinned to a release of
+# the same months that pip installs next to that torch without changing it.
 GPIPE_TORCHVISION_VERSION=0.26.0
+GPIPE_TRANSFORMERS_VERSION=5.8.1
 install_test_models() {
-  if python3 -c "import sys, torchvision; sys.exit(torchvision.__version__.split('+')[0] != '$GPIPE_TORCHVISION_VERSION')" 2>/dev/null; then
-    return 0
+  if ! python3 -c "import sys, torchvision; sys.exit(torchvision.__version__.split('+')[0] != '$GPIPE_TORCHVISION_VERSION')" 2>/dev/null; then
+    echo "installing torchvision==$GPIPE_TORCHVISION_VERSION from PyPI (ResNet-18 for the executor's tests)"
+    python3 -m pip install -q --root-user-action=ignore "torch==$GPIPE_TORCH_VERSION" "torchvision==$GPIPE_TORCHVISION_VERSION" ||
+      echo "NOTE: pip could not install torchvision==$GPIPE_TORCHVISION_VERSION; the ResNet-18 test (run_resnet18_torchvision) will fail"
   fi
-  echo "installing torchvision==$GPIPE_TORCHVISION_VERSION from PyPI (ResNet-18 for the executor's tests)"
-  python3 -m pip install -q --root-user-action=ignore "torch==$GPIPE_TORCH_VERSION" "torchvision==$GPIPE_TORCHVISION_VERSION" ||
-    echo "NOTE: pip could not install torchvision==$GPIPE_TORCHVISION_VERSION; the ResNet-18 test (run_resnet18_torchvision) will fail"
+  if ! python3 -c "import sys, transformers; sys.exit(transformers.__version__ != '$GPIPE_TRANSFORMERS_VERSION')" 2>/dev/null; then
+    echo "installing transformers==$GPIPE_TRANSFORMERS_VERSION from PyPI (GPT-2 and Llama for the exporter's tests)"
+    python3 -m pip install -q --root-user-action=ignore "torch==$GPIPE_TORCH_VERSION" "transformers==$GPIPE_TRANSFORMERS_VERSION" ||
+      echo "NOTE: pip could not install transformers==$GPIPE_TRANSFORMERS_VERSION; the GPT-2 and Llama exports (tests/python/export_test.py) will fail"
+  fi
 }
 
 # The CMAKE_PREFIX_PATH under which find_package(Torch) finds LibTorch.
