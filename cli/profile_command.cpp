@@ -12,6 +12,7 @@
 #include "core/units.h"
 #ifdef GPIPE_WITH_TORCH
 #include "executor/profiler.h"
+#include "executor/python_export.h"
 #include "executor/step_cost_prober.h"
 #include "compare/pipeline_probe.h"
 #endif
@@ -54,6 +55,7 @@ class ProfileCommand : public Command {
     (void)out;
     return Fail(err, "profile", Status::Invalid(kNoExecutor));
 #else
+    if (Status exported = executor::ExportPythonModel(&*model); !exported.ok()) return Fail(err, "profile", exported);
     executor::ProfileSettings settings;
     settings.microbatch_sizes = sizes_;
     settings.warmup = warmup_;

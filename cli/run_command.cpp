@@ -14,6 +14,7 @@
 #include "core/text.h"
 #include "core/units.h"
 #include "executor/launcher.h"
+#include "executor/python_export.h"
 #include "simulator/report.h"
 #include "simulator/trace.h"
 #ifdef GPIPE_WITH_TORCH
@@ -79,6 +80,7 @@ class RunCommand : public Command {
     (void)out;
     return Fail(err, "run", Status::Invalid(kNoExecutor));
 #else
+    if (Status exported = executor::ExportPythonModel(&*model); !exported.ok()) return Fail(err, "run", exported);
     executor::RunSettings settings;
     settings.steps = steps_;
     settings.threads_per_rank = threads_;

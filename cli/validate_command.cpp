@@ -7,6 +7,7 @@
 #ifdef GPIPE_WITH_TORCH
 #include "compare/validate_matrix.h"
 #include "compare/validation.h"
+#include "executor/python_export.h"
 #include "core/cluster.h"
 #include "core/model.h"
 #include "core/text.h"
@@ -82,6 +83,7 @@ class ValidateCommand : public Command {
   Status ReadRequest(ValidateRequest& request) const {
     Expected<ModelSpec> model = LoadModel(model_path_);
     if (!model.ok()) return model.status();
+    GPIPE_RETURN_IF_ERROR(executor::ExportPythonModel(&*model));
     Expected<Cluster> cluster = LoadCluster(cluster_path_);
     if (!cluster.ok()) return cluster.status();
     std::vector<ScheduleKind> schedules;

@@ -203,7 +203,7 @@ DataSpec DataFromJson(ObjectReader& parent, const ModelInput& input, const std::
 }
 
 const std::set<std::string> kKnownTop = {"format", "name", "input", "data", "loss", "seed",
-                                         "learning_rate", "layers", "torchscript"};
+                                         "learning_rate", "layers", "torchscript", "python"};
 
 }  // namespace
 
@@ -231,17 +231,34 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
   model.seed = static_cast<uint64_t>(r.OptionalInteger("seed", 0, INT64_MAX, 1234));
   if (r.Has("learning_rate")) model.learning_rate = r.NumberAbove("learning_rate", 0.0);
   if (!r.status().ok()) return r.status();
-  const bool has_layers = r.Has("layers");
-  const bool has_script = r.Has("torchscript");
-  if (has_layers == has_script) {
-    return Status::Invalid(where + ": give exactly one of \"layers\" (a list of layer objects) or \"torchscript\" "
-                                   "(a scripted nn.Sequential file)");
+  const int sources = (r.Has("layers") ? 1 : 0) + (r.Has("torchscript") ? 1 : 0) + (r.Has("python") ? 1 : 0);
+  if (sources != 1) {
+    return Status::Invalid(where + ": give exactly one of \"layers\" (a list of layer objects), \"torchscript\" "
+                                   "(a scripted nn.Sequential file) or \"python\" (\"file.py:function\", a function "
+                                   "returning an nn.Sequential)");
   }
-  if (has_script) {
+  const auto resolve = [&base_dir](const std::string& path) {
+    std::filesystem::path p(path);
+    return p.is_absolute() || base_dir.empty() ? path : (std::filesystem::path(base_dir) / p).string();
+  };
+  if (r.Has("python")) {
+    const std::string text = r.String("python");
+    if (!r.status().ok()) return r.status();
+    const size_t colon = text.rfind(':');
+    const std::string file = colon == std::string::npos ? text : text.substr(0, colon);
+    model.python_function = colon == std::string::npos ? "build" : text.substr(colon + 1);
+    if (file.empty() || model.python_function.empty()) {
+      return Status::Invalid(r.Where("python") + ": \"" + text + "\" is not \"file.py:function\", e.g. \"gpt2.py:build\"");
+    }
+    model.python_path = resolve(file);
+    if (!IsRegularFile(model.python_path)) {
+      return Status::Invalid(r.Where("python") + ": \"" + model.python_path +
+                             "\" is not a readable file; name a Python file whose function returns an nn.Sequential");
+    }
+  } else if (r.Has("torchscript")) {
     const std::string path = r.String("torchscript");
     if (!r.status().ok()) return r.status();
-    std::filesystem::path p(path);
-    model.torchscript_path = p.is_absolute() || base_dir.empty() ? path : (std::filesystem::path(base_dir) / p).string();
+    model.torchscript_path = resolve(path);
     if (!IsRegularFile(model.torchscript_path)) {
       return Status::Invalid(r.Where("torchscript") + ": \"" + model.torchscript_path +
                              "\" is not a readable file; save one with torch.jit.script(nn.Sequential(...)).save(path)");
@@ -304,6 +321,10 @@ nlohmann::json ModelToJson(const ModelSpec& model) {
   json["loss"] = model.loss;
   json["seed"] = model.seed;
   json["learning_rate"] = model.learning_rate;
+  if (!model.python_path.empty()) {
+    json["python"] = model.python_path + ":" + model.python_function;
+    return json;
+  }
   if (!model.torchscript_path.empty()) {
     json["torchscript"] = model.torchscript_path;
     return json;

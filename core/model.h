@@ -8,8 +8,9 @@
 //    "loss": "cross-entropy", "seed": 1234, "learning_rate": 0.001,
 //    "layers": [{"type": "embedding", "vocab": 96, "dim": 64, "max_seq": 64}, ...]}
 //
-// A model written in PyTorch comes as "torchscript": "model.pt" (a scripted nn.Sequential) in place
-// of "layers": its children become the layers. Paths are relative to the model file. The fields of
+// A model written in PyTorch comes as "torchscript": "model.pt" (a scripted nn.Sequential) or as
+// "python": "model.py:build" (a function returning an nn.Sequential of eager modules) in place of
+// "layers": its children become the layers. Paths are relative to the model file. The fields of
 // each layer type are listed in LayerTypes() and docs/formats.md.
 #pragma once
 
@@ -79,9 +80,13 @@ struct ModelSpec {
   std::string loss = "cross-entropy";
   uint64_t seed = 1234;
   double learning_rate = 1e-3;
-  /// Either layers, or a TorchScript file whose children are the layers.
+  /// Either layers, or a TorchScript file whose children are the layers, or a Python function
+  /// returning an nn.Sequential ("python": "file.py:function"), which the executor exports to a
+  /// TorchScript file (executor/python_export.h) and then sets torchscript_path.
   std::vector<LayerSpec> layers;
   std::string torchscript_path;
+  std::string python_path;
+  std::string python_function;
   nlohmann::json extra = nlohmann::json::object();
 
   int num_layers() const { return static_cast<int>(layers.size()); }

@@ -3,6 +3,9 @@
 #include <functional>
 #include <stdexcept>
 #include <mutex>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include <torch/script.h>
 
@@ -80,7 +83,12 @@ class NativeLayer final : public Layer {
               std::function<torch::Tensor(const torch::Tensor&)> forward)
       : name_(std::move(name)), module_(std::move(module)), forward_(std::move(forward)) {}
 
-  torch::Tensor Forward(const torch::Tensor& x) override { return forward_(x); }
+  Values Apply(const Values& x) override {
+    if (x.size() != 1) {
+      throw std::runtime_error("layer " + name_ + " takes one tensor, but " + std::to_string(x.size()) + " came");
+    }
+    return {forward_(x[0])};
+  }
   std::vector<torch::Tensor> Parameters() override { return module_->parameters(); }
   std::vector<std::pair<std::string, torch::Tensor>> State() override {
     std::vector<std::pair<std::string, torch::Tensor>> state;
@@ -143,20 +151,42 @@ std::unique_ptr<Layer> BuildNative(const LayerSpec& s) {
 class ScriptLayer final : public Layer {
  public:
   ScriptLayer(std::string name, torch::jit::Module module) : name_(std::move(name)), module_(std::move(module)) {}
-  torch::Tensor Forward(const torch::Tensor& x) override {
+  Values Apply(const Values& x) override {
     c10::IValue out;
     try {
-      out = module_.forward({x});
+      out = module_.forward(std::vector<c10::IValue>(x.begin(), x.end()));
     } catch (const c10::Error& e) {
       throw std::runtime_error("layer " + name_ + ": " + e.what_without_backtrace());
     }
-    if (!out.isTensor()) {
-      throw std::runtime_error("layer " + name_ + " returned " + std::string(out.tagKind()) +
-                               ", not a tensor: each child of the Sequential takes one tensor and returns one");
+    if (out.isTensor()) return {out.toTensor()};
+    if (out.isTuple() || out.isList()) {
+      Values values;
+      const std::vector<c10::IValue> items =
+          out.isTuple() ? out.toTupleRef().elements().vec() : out.toList().vec();
+      for (const c10::IValue& item : items) {
+        if (!item.isTensor()) break;
+        values.push_back(item.toTensor());
+      }
+      if (values.size() == items.size() && !values.empty()) return values;
     }
-    return out.toTensor();
+    throw std::runtime_error("layer " + name_ + " returned " + std::string(out.tagKind()) +
+                             ", not a tensor or a tuple of tensors: each child of the Sequential takes the tensors the "
+                             "one before returns and returns a tensor or a tuple of tensors");
   }
   bool MayWriteInput() const override { return true; }
+  bool ShareParameter(const std::string& name, const torch::Tensor& tensor) override {
+    torch::jit::Module owner = module_;
+    std::string rest = name;
+    for (size_t dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+      const std::string part = rest.substr(0, dot);
+      if (!owner.hasattr(part) || !owner.attr(part).isModule()) return false;
+      owner = owner.attr(part).toModule();
+      rest = rest.substr(dot + 1);
+    }
+    if (!owner.hasattr(rest) || !owner.attr(rest).isTensor()) return false;
+    owner.register_parameter(rest, tensor, /*is_buffer=*/false);
+    return true;
+  }
   std::vector<torch::Tensor> Parameters() override {
     std::vector<torch::Tensor> params;
     for (const torch::Tensor& p : module_.parameters()) params.push_back(p);
@@ -177,19 +207,51 @@ class ScriptLayer final : public Layer {
   torch::jit::Module module_;
 };
 
-Expected<std::vector<torch::jit::NameModule>> ScriptChildren(const ModelSpec& model) {
+// The root module of a TorchScript model and what its exporter noted (gpipe.json: ties).
+struct ScriptModel {
+  std::vector<torch::jit::NameModule> children;
+  std::string notes;
+};
+
+Expected<ScriptModel> LoadScript(const ModelSpec& model) {
   try {
-    torch::jit::Module root = torch::jit::load(model.torchscript_path);
-    std::vector<torch::jit::NameModule> children;
-    for (const auto& child : root.named_children()) children.push_back(child);
-    if (children.empty()) {
+    torch::jit::ExtraFilesMap extra{{"gpipe.json", ""}};
+    torch::jit::Module root = torch::jit::load(model.torchscript_path, std::nullopt, extra);
+    ScriptModel script;
+    for (const auto& child : root.named_children()) script.children.push_back(child);
+    if (script.children.empty()) {
       return Status::Invalid(model.torchscript_path + ": the scripted module has no children; save an "
                              "nn.Sequential whose children are the layers");
     }
-    return children;
+    script.notes = extra["gpipe.json"];
+    return script;
   } catch (const c10::Error& e) {
     return Status::Invalid(model.torchscript_path + ": cannot load it as TorchScript: " + e.what_without_backtrace());
   }
+}
+
+Expected<std::vector<SharedParameter>> SharedFromNotes(const std::string& notes, const std::string& where, int layers) {
+  std::vector<SharedParameter> shared;
+  if (notes.empty()) return shared;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(notes);
+    for (const nlohmann::json& tie : json.value("ties", nlohmann::json::array())) {
+      SharedParameter p;
+      p.layers = tie.at("layers").get<std::vector<int>>();
+      p.names = tie.at("names").get<std::vector<std::string>>();
+      p.bytes = tie.at("bytes").get<int64_t>();
+      if (p.layers.size() != p.names.size() || p.layers.size() < 2) {
+        return Status::Invalid(where + ": gpipe.json: a tie needs two or more layers, each with a name");
+      }
+      for (int l : p.layers) {
+        if (l < 0 || l >= layers) return Status::Invalid(where + ": gpipe.json: a tie names layer " + std::to_string(l) + " of " + std::to_string(layers));
+      }
+      shared.push_back(std::move(p));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Invalid(where + ": gpipe.json: " + e.what());
+  }
+  return shared;
 }
 
 }  // namespace
@@ -199,11 +261,63 @@ std::mutex& GlobalRngMutex() {
   return mutex;
 }
 
+torch::Tensor Layer::Forward(const torch::Tensor& x) {
+  Values out = Apply({x});
+  if (out.size() != 1) {
+    throw std::runtime_error("layer " + name() + " returned " + std::to_string(out.size()) + " tensors where one was due");
+  }
+  return out[0];
+}
+
+torch::Tensor Layer::ParameterNamed(const std::string& name) {
+  for (const auto& [key, value] : State()) {
+    if (key == name) return value;
+  }
+  return {};
+}
+
 Expected<int> CountLayers(const ModelSpec& model) {
   if (model.torchscript_path.empty()) return model.num_layers();
-  Expected<std::vector<torch::jit::NameModule>> children = ScriptChildren(model);
-  if (!children.ok()) return children.status();
-  return static_cast<int>(children->size());
+  Expected<ScriptModel> script = LoadScript(model);
+  if (!script.ok()) return script.status();
+  return static_cast<int>(script->children.size());
+}
+
+Expected<std::vector<SharedParameter>> SharedParametersOf(const ModelSpec& model) {
+  if (model.torchscript_path.empty()) return std::vector<SharedParameter>{};
+  Expected<ScriptModel> script = LoadScript(model);
+  if (!script.ok()) return script.status();
+  return SharedFromNotes(script->notes, model.torchscript_path, static_cast<int>(script->children.size()));
+}
+
+Status TieParameters(const std::vector<SharedParameter>& shared, const std::map<int, Layer*>& layers) {
+  torch::NoGradGuard no_grad;
+  for (const SharedParameter& p : shared) {
+    torch::Tensor first;
+    for (size_t k = 0; k < p.layers.size(); ++k) {
+      auto it = layers.find(p.layers[k]);
+      if (it == layers.end()) continue;
+      Layer& layer = *it->second;
+      if (!first.defined()) {
+        first = layer.ParameterNamed(p.names[k]);
+        if (first.defined()) continue;
+      } else if (layer.ShareParameter(p.names[k], first)) {
+        continue;
+      }
+      return Status::Invalid("layer " + std::to_string(p.layers[k]) + " (" + layer.name() + ") has no parameter " +
+                             p.names[k] + " to share with the other layers that hold it");
+    }
+  }
+  return Status::Ok();
+}
+
+std::vector<torch::Tensor> UniqueTensors(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> unique;
+  std::set<const c10::TensorImpl*> seen;
+  for (const torch::Tensor& p : params) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) unique.push_back(p);
+  }
+  return unique;
 }
 
 std::vector<torch::Tensor> ParametersOf(const std::vector<std::unique_ptr<Layer>>& layers) {
@@ -211,22 +325,28 @@ std::vector<torch::Tensor> ParametersOf(const std::vector<std::unique_ptr<Layer>
   for (const auto& layer : layers) {
     for (const torch::Tensor& p : layer->Parameters()) params.push_back(p);
   }
-  return params;
+  return UniqueTensors(params);
 }
 
 Expected<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model, int first, int end,
                                                           const torch::Device& device) {
   std::vector<std::unique_ptr<Layer>> layers;
+  std::vector<SharedParameter> shared;
   if (!model.torchscript_path.empty()) {
-    Expected<std::vector<torch::jit::NameModule>> children = ScriptChildren(model);
-    if (!children.ok()) return children.status();
-    if (end > static_cast<int>(children->size())) {
-      return Status::Invalid(model.torchscript_path + ": has " + std::to_string(children->size()) +
+    Expected<ScriptModel> script = LoadScript(model);
+    if (!script.ok()) return script.status();
+    const std::vector<torch::jit::NameModule>& children = script->children;
+    if (end > static_cast<int>(children.size())) {
+      return Status::Invalid(model.torchscript_path + ": has " + std::to_string(children.size()) +
                              " layers, but layers up to " + std::to_string(end) + " were asked for");
     }
     for (int i = first; i < end; ++i) {
-      layers.push_back(std::make_unique<ScriptLayer>((*children)[i].name, (*children)[i].value));
+      layers.push_back(std::make_unique<ScriptLayer>(children[static_cast<size_t>(i)].name, children[static_cast<size_t>(i)].value));
     }
+    Expected<std::vector<SharedParameter>> found =
+        SharedFromNotes(script->notes, model.torchscript_path, static_cast<int>(children.size()));
+    if (!found.ok()) return found.status();
+    shared = std::move(*found);
   } else {
     std::lock_guard<std::mutex> lock(GlobalRngMutex());
     torch::NoGradGuard no_grad;
@@ -235,10 +355,14 @@ Expected<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model
       layers.push_back(BuildNative(model.layers[i]));
     }
   }
-  for (auto& layer : layers) {
-    layer->To(device);
-    layer->SetTraining(true);
+  std::map<int, Layer*> by_index;
+  for (size_t k = 0; k < layers.size(); ++k) {
+    layers[k]->To(device);
+    layers[k]->SetTraining(true);
+    by_index[first + static_cast<int>(k)] = layers[k].get();
   }
+  // After the move: each holder of a tied parameter then holds the one tensor on the device.
+  GPIPE_RETURN_IF_ERROR(TieParameters(shared, by_index).WithContext(model.torchscript_path));
   return layers;
 }
 

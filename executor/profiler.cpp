@@ -20,10 +20,13 @@
 namespace gpipe::executor {
 namespace {
 
-int64_t BytesOf(const std::vector<torch::Tensor>& tensors) {
-  int64_t bytes = 0;
-  for (const torch::Tensor& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
-  return bytes;
+// The loss of the last layer's outputs: one tensor, the logits.
+torch::Tensor LossOfLast(const ModelSpec& model, const Layer& last, const Values& out, const torch::Tensor& target) {
+  if (out.size() != 1) {
+    throw std::runtime_error("the last layer (" + last.name() + ") returned " + std::to_string(out.size()) +
+                             " tensors; the loss takes one (the logits)");
+  }
+  return LossOf(model, out[0], target);
 }
 
 nlohmann::json TimingJson(const Timing& t) { return {{"median_ms", t.median_ms}, {"spread_ms", t.spread_ms}}; }
@@ -125,27 +128,27 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
       std::vector<double>& whole = state.whole;
       const bool keep = round >= settings.warmup;
       for (const bool input_only : {false, true}) {
-        std::vector<torch::Tensor> ins(n), outs(n);
-        torch::Tensor x = batch.input;
+        std::vector<Values> ins(n), outs(n);
+        Values x = {batch.input};
         for (int i = 0; i < n; ++i) {
           Layer& layer = *layers[static_cast<size_t>(i)];
           LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
           where = "layer " + std::to_string(i) + " (" + layer.name() + "), forward";
-          ins[i] = x.is_floating_point() ? x.detach().requires_grad_(true) : x;
-          // A layer that may write into its input gets a copy of the leaf whose gradient is measured.
-          const torch::Tensor in = layer.MayWriteInput() ? ins[i].clone() : ins[i];
+          ins[i] = LeavesOf(x);
+          // A layer that may write into its input gets a copy of the leaves whose gradients are measured.
+          const Values in = layer.MayWriteInput() ? ClonedOf(ins[i]) : ins[i];
           const int64_t before = meter.CurrentBytes();
           meter.ResetPeak();
           const double ms = DeviceTimeMs(settings.device, [&] {
-            outs[i] = layer.Forward(in);
-            if (i + 1 == n) outs[i] = LossOf(model, outs[i], batch.target);
+            outs[i] = layer.Apply(in);
+            if (i + 1 == n) outs[i] = {LossOfLast(model, layer, outs[i], batch.target)};
           });
           if (round == 0 && !input_only) {
             m.name = layer.name();
             m.param_bytes = BytesOf(layer.Parameters());
             m.activation_bytes = meter.CurrentBytes() - before;
             m.forward_workspace_bytes = std::max<int64_t>(0, meter.PeakBytes() - meter.CurrentBytes());
-            m.output_bytes = static_cast<int64_t>(outs[i].nbytes());
+            m.output_bytes = BytesOf(outs[i]);
           }
           if (keep && !input_only) f[i].push_back(ms);
           x = outs[i];
@@ -158,34 +161,33 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
             for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::zeros_like(p);
           }
         }
-        torch::Tensor grad;  // of the current layer's output; none for the loss
+        Values grad;  // of the current layer's outputs, one per floating-point output; none for the loss
         for (int i = n - 1; i >= 0; --i) {
-          const std::vector<torch::Tensor> grads = grad.defined() ? std::vector<torch::Tensor>{grad} : std::vector<torch::Tensor>{};
-          torch::Tensor next_grad;
+          Values next_grad;
           double ms = 0, weight_ms = 0;
           where = "layer " + std::to_string(i) + " (" + layers[static_cast<size_t>(i)]->name() + "), " +
                   (input_only ? "backward split into I and W" : "backward");
-          if (outs[i].requires_grad()) {
+          if (!BackwardRoots(outs[i], grad).first.empty()) {
             const int64_t before = meter.CurrentBytes();
             meter.ResetPeak();
             if (input_only) {
-              // The first layer's input needs no gradient: I stops at its output, as on a first stage.
-              const torch::Tensor anchor = ins[i].requires_grad() ? ins[i] : outs[i];
-              std::vector<torch::Tensor> anchor_grads;
+              // The first layer's input needs no gradient: I stops at its outputs, as on a first stage.
+              const bool input_grads = AnyFloatingPoint(ins[i]);
+              const Values& anchors = input_grads ? ins[i] : outs[i];
+              Values anchor_grads;
               WeightPass weight;
               ms = DeviceTimeMs(settings.device, [&] {
-                weight = BackwardInput(outs[i], grad, {anchor}, layers[static_cast<size_t>(i)]->Parameters(), &anchor_grads);
+                weight = BackwardInput(outs[i], grad, anchors, layers[static_cast<size_t>(i)]->Parameters(), &anchor_grads);
               });
               if (round == 0) {
-                size.layers[static_cast<size_t>(i)].weight_pass_bytes =
-                    weight.HeldBytes(ins[i].requires_grad() ? anchor_grads.front() : torch::Tensor());
+                size.layers[static_cast<size_t>(i)].weight_pass_bytes = weight.HeldBytes(input_grads ? anchor_grads : Values());
               }
               weight_ms = DeviceTimeMs(settings.device, [&] { weight.Run(); });
-              if (ins[i].requires_grad()) next_grad = anchor_grads.front();
+              if (input_grads) next_grad = GradientMessage(ins[i], anchor_grads);
             } else {
               ms = DeviceTimeMs(settings.device, [&] {
-                torch::autograd::backward({outs[i]}, grads);
-                if (ins[i].requires_grad()) next_grad = ins[i].grad();
+                RunBackward(outs[i], grad);
+                next_grad = InputGradients(ins[i]);
               });
             }
             if (measure_workspace) {
@@ -195,15 +197,15 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           }
           if (keep && input_only) weight_grad[i].push_back(weight_ms);
           if (keep) (input_only ? input_grad : bwd)[i].push_back(ms);
-          grad = next_grad.defined() ? next_grad : (i > 0 ? torch::zeros_like(outs[i - 1]) : torch::Tensor());
+          grad = i > 0 && next_grad.empty() ? GradientMessage(outs[i - 1], {}) : next_grad;
         }
         clear_grads();
       }
       where = "the whole model, forward and backward";
       const double whole_ms = DeviceTimeMs(settings.device, [&] {
-        torch::Tensor h = layers.front()->MayWriteInput() ? batch.input.clone() : batch.input;
-        for (auto& layer : layers) h = layer->Forward(h);
-        LossOf(model, h, batch.target).backward();
+        Values h = {layers.front()->MayWriteInput() ? batch.input.clone() : batch.input};
+        for (auto& layer : layers) h = layer->Apply(h);
+        LossOfLast(model, *layers.back(), h, batch.target).backward();
       });
       clear_grads();
       if (keep) whole.push_back(whole_ms);

@@ -25,9 +25,11 @@ struct Graph {
   std::unordered_map<Node*, std::vector<Node*>> users;
   std::unordered_map<Node*, std::shared_ptr<Node>> owner;
 
-  explicit Graph(const std::shared_ptr<Node>& root) {
-    owner[root.get()] = root;
-    std::vector<Node*> stack{root.get()};
+  explicit Graph(const edge_list& roots) {
+    std::vector<Node*> stack;
+    for (const Edge& root : roots) {
+      if (owner.emplace(root.function.get(), root.function).second) stack.push_back(root.function.get());
+    }
     while (!stack.empty()) {
       Node* node = stack.back();
       stack.pop_back();
@@ -84,19 +86,22 @@ struct Graph {
 
 }  // namespace
 
-WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, const std::vector<torch::Tensor>& anchors,
-                         const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>* anchor_grads) {
+WeightPass BackwardInput(const Values& outputs_in, const Values& grads, const Values& anchors,
+                         const std::vector<torch::Tensor>& params, Values* anchor_grads) {
   anchor_grads->assign(anchors.size(), torch::Tensor());
   WeightPass pass;
-  if (!root.requires_grad()) return pass;
-  const Edge root_edge = torch::autograd::impl::gradient_edge(root);
-  const Graph graph(root_edge.function);
+  const auto [roots, root_grads] = BackwardRoots(outputs_in, grads);
+  if (roots.empty()) return pass;
+  edge_list root_edges;
+  for (const torch::Tensor& root : roots) root_edges.push_back(torch::autograd::impl::gradient_edge(root));
+  const Graph graph(root_edges);
 
-  // The input path: what depends on an anchor, and the root itself (a parameter whose path meets
-  // no anchor meets it there).
+  // The input path: what depends on an anchor, and the roots themselves (a parameter whose path
+  // meets no anchor meets it there).
   edge_list outputs;
   std::vector<size_t> anchor_slot;  // anchors[k] -> outputs index, or kNone
-  std::vector<Node*> starts{root_edge.function.get()};
+  std::vector<Node*> starts;
+  for (const Edge& root : root_edges) starts.push_back(root.function.get());
   for (const torch::Tensor& anchor : anchors) {
     if (!anchor.defined() || !anchor.requires_grad()) {
       anchor_slot.push_back(kNone);
@@ -128,9 +133,12 @@ WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, c
   }
   if (outputs.empty()) return pass;
 
-  const std::vector<torch::Tensor> seeds{grad.defined() ? grad : torch::ones_like(root)};
+  std::vector<torch::Tensor> seeds = root_grads;
+  if (seeds.empty()) {
+    for (const torch::Tensor& root : roots) seeds.push_back(torch::ones_like(root));  // a scalar loss
+  }
   std::vector<torch::Tensor> captured = torch::autograd::Engine::get_default_engine().execute(
-      {root_edge}, seeds, /*keep_graph=*/true, /*create_graph=*/false, /*accumulate_grad=*/false, outputs);
+      root_edges, seeds, /*keep_graph=*/true, /*create_graph=*/false, /*accumulate_grad=*/false, outputs);
 
   for (size_t k = 0; k < anchors.size(); ++k) {
     if (anchor_slot[k] != kNone) (*anchor_grads)[k] = captured[anchor_slot[k]];
@@ -151,9 +159,11 @@ WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, c
   return pass;
 }
 
-int64_t WeightPass::HeldBytes(const torch::Tensor& passed_on) const {
+int64_t WeightPass::HeldBytes(const Values& passed_on) const {
   std::unordered_set<const void*> seen;
-  if (passed_on.defined()) seen.insert(passed_on.storage().data());
+  for (const torch::Tensor& t : passed_on) {
+    if (t.defined()) seen.insert(t.storage().data());
+  }
   int64_t bytes = 0;
   for (const torch::Tensor& g : grads) {
     if (g.defined() && seen.insert(g.storage().data()).second) bytes += static_cast<int64_t>(g.storage().nbytes());

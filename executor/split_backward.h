@@ -17,6 +17,8 @@
 #include <torch/csrc/autograd/edge.h>
 #include <torch/torch.h>
 
+#include "executor/values.h"
+
 namespace gpipe::executor {
 
 /// What I leaves for W.
@@ -35,17 +37,17 @@ struct WeightPass {
   bool empty() const { return roots.empty(); }
   /// Bytes of the captured gradients' storage (each storage once; one may be the gradient I
   /// received, which then lives until W), less any shared with `passed_on` (what I sends down).
-  int64_t HeldBytes(const torch::Tensor& passed_on) const;
+  int64_t HeldBytes(const Values& passed_on) const;
   /// W: accumulates every parameter's gradient into its `.grad()` (as a backward does) and frees
   /// the graph. The last use of the graph.
   void Run();
 };
 
-/// I: the backward from `root` (seeded with `grad`; none for a scalar loss) to `anchors` only,
-/// computing no weight gradient. Writes the gradient at each anchor to `anchor_grads` (undefined
-/// where none reaches it or the anchor needs none). `params` are the parameters W will update; one
-/// that is not in the graph is left alone. The graph of `root` is kept for W.
-WeightPass BackwardInput(const torch::Tensor& root, const torch::Tensor& grad, const std::vector<torch::Tensor>& anchors,
-                         const std::vector<torch::Tensor>& params, std::vector<torch::Tensor>* anchor_grads);
+/// I: the backward from `outputs` (seeded with `grads`, one per floating-point output; none for a
+/// scalar loss) to `anchors` only, computing no weight gradient. Writes the gradient at each anchor
+/// to `anchor_grads` (undefined where none reaches it or the anchor needs none). `params` are the
+/// parameters W will update; one that is not in the graph is left alone. The graph is kept for W.
+WeightPass BackwardInput(const Values& outputs, const Values& grads, const Values& anchors,
+                         const std::vector<torch::Tensor>& params, Values* anchor_grads);
 
 }  // namespace gpipe::executor

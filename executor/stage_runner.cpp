@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace gpipe::executor {
 namespace {
@@ -54,7 +55,7 @@ std::vector<torch::Tensor> StageRunner::Parameters() const {
   for (const StageSetup& stage : stages_) {
     for (const torch::Tensor& p : ParametersOf(stage.layers)) params.push_back(p);
   }
-  return params;
+  return UniqueTensors(params);
 }
 
 void StageRunner::BeginStep(const Batch& replica_batch) {
@@ -105,13 +106,13 @@ void StageRunner::RunStep(const Action& a, const WireStep& step) {
   }
 }
 
-torch::Tensor StageRunner::RunLayers(StageSetup& stage, torch::Tensor x, std::vector<torch::Tensor>* boundaries) {
+Values StageRunner::RunLayers(StageSetup& stage, Values x, Values* boundaries) {
   // The stage input is kept (for its gradient, or for the recompute) and the first stage's is
   // the batch: a layer that may write into its input gets a copy.
-  if (!stage.layers.empty() && stage.layers.front()->MayWriteInput()) x = x.clone();
+  if (!stage.layers.empty() && stage.layers.front()->MayWriteInput()) x = ClonedOf(x);
   for (auto& layer : stage.layers) {
-    x = layer->Forward(x);
-    if (boundaries != nullptr) boundaries->push_back(x);
+    x = layer->Apply(x);
+    if (boundaries != nullptr) boundaries->insert(boundaries->end(), x.begin(), x.end());
   }
   return x;
 }
@@ -121,95 +122,104 @@ torch::Tensor StageRunner::Target(int microbatch) const {
   return batch_.target.narrow(0, microbatch * b, b);
 }
 
+torch::Tensor StageRunner::LossOfOutputs(const Action& a, const Values& out) const {
+  if (out.size() != 1) {
+    throw std::runtime_error("the last layer returned " + std::to_string(out.size()) +
+                             " tensors; the loss takes one (the logits) at " + ActionToText(a));
+  }
+  return LossOf(*config_.model, out[0], Target(a.microbatch));
+}
+
+void StageRunner::SetToSend(Micro& m, const Values& values) {
+  std::tie(m.to_send, m.to_send_shape) = Pack(values);
+}
+
 void StageRunner::Forward(const Action& a) {
   StageSetup& stage = Stage(a.stage);
   Micro& m = MicroOf(a.stage, a.microbatch);
-  torch::Tensor x;
+  Values x;
   if (IsFirst(a.stage)) {
     const int64_t b = batch_.input.size(0) / config_.microbatches;
-    x = batch_.input.narrow(0, a.microbatch * b, b);
+    x = {batch_.input.narrow(0, a.microbatch * b, b)};
   } else if (IsLocal(a.stage - 1)) {
     x = m.input;  // handed over by the previous stage's forward
   } else {
     x = TakeIncoming({MessageKind::kActivation, a.stage - 1, a.microbatch});
   }
-  if (!x.defined()) throw std::logic_error("no input for " + ActionToText(a));
-  torch::Tensor out;
+  if (x.empty()) throw std::logic_error("no input for " + ActionToText(a));
+  Values out;
   if (stage.remat) {
     m.rng_state = SaveRng(config_.device);
     torch::NoGradGuard no_grad;
     out = RunLayers(stage, x, nullptr);
-    m.input = x.detach();
+    m.input = DetachedOf(x);
   } else {
-    if (!IsFirst(a.stage)) x = x.detach().requires_grad_(true);
+    if (!IsFirst(a.stage)) x = LeavesOf(x);
     m.input = x;
     out = RunLayers(stage, x, config_.split_backward && IsFirst(a.stage) ? &m.boundaries : nullptr);
   }
   if (IsLast(a.stage)) {
-    torch::Tensor loss = LossOf(*config_.model, out, Target(a.microbatch));
+    torch::Tensor loss = LossOfOutputs(a, out);
     // Summed on the device and read once per step: an item() here would stall every micro-batch.
     const torch::Tensor l = loss.detach().to(torch::kDouble);
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + l : l;
-    if (!stage.remat) m.root = loss * config_.loss_scale;
+    if (!stage.remat) m.root = {loss * config_.loss_scale};
     return;
   }
   if (!stage.remat) m.root = out;
   if (IsLocal(a.stage + 1)) {
-    MicroOf(a.stage + 1, a.microbatch).input = out.detach();
+    MicroOf(a.stage + 1, a.microbatch).input = DetachedOf(out);
   } else {
-    m.to_send = out.detach();
+    SetToSend(m, DetachedOf(out));
   }
 }
 
-torch::Tensor StageRunner::PrepareBackward(const Action& a, bool keep_boundaries) {
+Values StageRunner::PrepareBackward(const Action& a, bool keep_boundaries) {
   StageSetup& stage = Stage(a.stage);
   Micro& m = MicroOf(a.stage, a.microbatch);
   if (stage.remat) {
     marks_.recompute_start = clock_.Mark();
     torch::Tensor now_state = SaveRng(config_.device);
     RestoreRng(config_.device, *m.rng_state);
-    torch::Tensor x = IsFirst(a.stage) ? m.input : m.input.detach().requires_grad_(true);
+    Values x = IsFirst(a.stage) ? m.input : LeavesOf(m.input);
     m.input = x;
     m.boundaries.clear();
-    torch::Tensor out = RunLayers(stage, x, keep_boundaries ? &m.boundaries : nullptr);
+    Values out = RunLayers(stage, x, keep_boundaries ? &m.boundaries : nullptr);
     RestoreRng(config_.device, now_state);
-    m.root = IsLast(a.stage) ? LossOf(*config_.model, out, Target(a.microbatch)) * config_.loss_scale : out;
+    m.root = IsLast(a.stage) ? Values{LossOfOutputs(a, out) * config_.loss_scale} : out;
     marks_.recompute_end = clock_.Mark();
   }
-  if (!m.root.defined()) throw std::logic_error("backward before forward at " + ActionToText(a));
+  if (m.root.empty()) throw std::logic_error("backward before forward at " + ActionToText(a));
   return m.root;
 }
 
-torch::Tensor StageRunner::GradOutput(const Action& a) {
+Values StageRunner::GradOutput(const Action& a) {
   Micro& m = MicroOf(a.stage, a.microbatch);
   if (IsLast(a.stage)) return {};
   if (IsLocal(a.stage + 1)) {
-    if (!m.grad_output.defined()) throw std::logic_error("no output gradient for " + ActionToText(a));
+    if (m.grad_output.empty() && !m.root.empty()) {
+      // A boundary without a floating-point tensor has no gradient: nothing was handed back.
+      if (AnyFloatingPoint(m.root)) throw std::logic_error("no output gradient for " + ActionToText(a));
+    }
     return m.grad_output;
   }
   m.grad_output = TakeIncoming({MessageKind::kGradient, a.stage + 1, a.microbatch});
   return m.grad_output;
 }
 
-void StageRunner::HandBackInputGrad(const Action& a, const torch::Tensor& grad) {
+void StageRunner::HandBackInputGrad(const Action& a, Values grads) {
   if (IsFirst(a.stage)) return;
-  torch::Tensor g = grad.defined() ? grad : torch::zeros_like(MicroOf(a.stage, a.microbatch).input);
   if (IsLocal(a.stage - 1)) {
-    MicroOf(a.stage - 1, a.microbatch).grad_output = g;
+    MicroOf(a.stage - 1, a.microbatch).grad_output = std::move(grads);
   } else {
-    MicroOf(a.stage, a.microbatch).to_send = g;
+    SetToSend(MicroOf(a.stage, a.microbatch), grads);
   }
 }
 
 void StageRunner::Backward(const Action& a) {
-  torch::Tensor root = PrepareBackward(a, false);
-  torch::Tensor grad = GradOutput(a);
-  if (grad.defined()) {
-    torch::autograd::backward({root}, {grad});
-  } else {
-    torch::autograd::backward({root});
-  }
-  HandBackInputGrad(a, IsFirst(a.stage) ? torch::Tensor() : MicroOf(a.stage, a.microbatch).input.grad());
+  const Values root = PrepareBackward(a, false);
+  RunBackward(root, GradOutput(a));
+  HandBackInputGrad(a, IsFirst(a.stage) ? Values() : InputGradients(MicroOf(a.stage, a.microbatch).input));
   FinishBackward(a);
 }
 
@@ -231,14 +241,14 @@ void StageRunner::BackwardInput(const Action& a) {
   // The first stage's input needs no gradient: its layers' outputs are where I stops instead, so
   // that W still holds only weight gradients.
   const bool first = IsFirst(a.stage);
-  torch::Tensor root = PrepareBackward(a, /*keep_boundaries=*/first);
-  torch::Tensor grad = GradOutput(a);
+  const Values root = PrepareBackward(a, /*keep_boundaries=*/first);
+  const Values grad = GradOutput(a);
   Micro& m = MicroOf(a.stage, a.microbatch);
-  std::vector<torch::Tensor> anchor_grads;
-  m.weight_pass = executor::BackwardInput(root, grad, first ? m.boundaries : std::vector<torch::Tensor>{m.input},
+  Values anchor_grads;
+  m.weight_pass = executor::BackwardInput(root, grad, first ? m.boundaries : m.input,
                                           ParametersOf(Stage(a.stage).layers), &anchor_grads);
   m.boundaries.clear();
-  HandBackInputGrad(a, first ? torch::Tensor() : anchor_grads.front());
+  HandBackInputGrad(a, first ? Values() : GradientMessage(m.input, anchor_grads));
 }
 
 void StageRunner::BackwardWeight(const Action& a) {
@@ -254,7 +264,7 @@ void StageRunner::SendHeader(const Action& a) {
   const Message m = MessageOf(a);
   const Micro& micro = MicroOf(a.stage, a.microbatch);
   if (!micro.to_send.defined()) throw std::logic_error("nothing to send at " + ActionToText(a));
-  Expected<torch::Tensor> header = EncodeShapeHeader(micro.to_send);
+  Expected<torch::Tensor> header = EncodeShapeHeader(micro.to_send_shape, config_.device);
   if (!header.ok()) throw std::runtime_error(header.status().message());
   const Message h{m.kind, m.from_stage, 0, true};
   outgoing_.push_back({*header, comm_.Send(*header, PeerOf(h), MessageTag(h))});
@@ -287,16 +297,16 @@ void StageRunner::PostReceive(const Message& m) {
   if (incoming_.count(m) > 0) throw std::logic_error("the " + MessageToText(m) + " was posted twice");
   torch::Tensor buffer = shape->second.EmptyOn(config_.device);
   std::unique_ptr<PendingWork> work = comm_.Recv(buffer, PeerOf(m), MessageTag(m));
-  incoming_.emplace(m, Incoming{buffer, std::move(work)});
+  incoming_.emplace(m, Incoming{buffer, shape->second, std::move(work)});
 }
 
-torch::Tensor StageRunner::TakeIncoming(const Message& m) {
+Values StageRunner::TakeIncoming(const Message& m) {
   auto it = incoming_.find(m);
   if (it == incoming_.end()) throw std::logic_error("no receive was posted for the " + MessageToText(m));
   it->second.work->Wait();
-  torch::Tensor tensor = it->second.buffer;
+  Values values = it->second.shape.Unpack(it->second.buffer);
   incoming_.erase(it);
-  return tensor;
+  return values;
 }
 
 void StageRunner::ReapSends() {
@@ -313,7 +323,7 @@ void StageRunner::FinishStep() {
   }
   for (auto it = micro_.begin(); it != micro_.end();) {
     const Micro& m = it->second;
-    if (m.input.defined() || m.root.defined() || m.to_send.defined()) {
+    if (!m.input.empty() || !m.root.empty() || m.to_send.defined()) {
       throw std::logic_error("stage " + std::to_string(it->first.first) + " still holds micro-batch " +
                              std::to_string(it->first.second) + " at the end of the step");
     }

@@ -97,17 +97,19 @@ class StageRunner {
 
  private:
   struct Micro {
-    torch::Tensor input;
-    torch::Tensor root;  // the stage output with its graph, or the scaled loss on the last stage
-    std::vector<torch::Tensor> boundaries;  // each layer's output (zb-h1, first stage: I's anchors)
-    WeightPass weight_pass;                 // what I left for W (zb-h1)
-    torch::Tensor grad_output;
-    torch::Tensor to_send;
+    Values input;
+    Values root;  // the stage outputs with their graph, or the scaled loss on the last stage
+    Values boundaries;  // each layer's outputs (zb-h1, first stage: I's anchors)
+    WeightPass weight_pass;  // what I left for W (zb-h1)
+    Values grad_output;  // one per floating-point output
+    torch::Tensor to_send;  // a packed message (executor/shape_header.h)
+    ShapeHeader to_send_shape;
     std::optional<torch::Tensor> rng_state;
     bool backward_done = false;  // B, or W after I, has run: only a gradient still to send stays
   };
   struct Incoming {
     torch::Tensor buffer;
+    ShapeHeader shape;
     std::unique_ptr<PendingWork> work;
   };
   struct Outgoing {
@@ -137,13 +139,18 @@ class StageRunner {
   void FinishBackward(const Action& a);
   void ReleaseIfDone(int stage, int microbatch);
 
-  torch::Tensor RunLayers(StageSetup& stage, torch::Tensor x, std::vector<torch::Tensor>* boundaries);
+  Values RunLayers(StageSetup& stage, Values x, Values* boundaries);
   torch::Tensor Target(int microbatch) const;
-  /// The root of the backward, recomputing the forward first on remat stages.
-  torch::Tensor PrepareBackward(const Action& a, bool keep_boundaries);
-  torch::Tensor GradOutput(const Action& a);
-  void HandBackInputGrad(const Action& a, const torch::Tensor& grad);
-  torch::Tensor TakeIncoming(const Message& m);
+  /// The loss of the last stage's outputs (one tensor: the logits).
+  torch::Tensor LossOfOutputs(const Action& a, const Values& out) const;
+  /// The roots of the backward, recomputing the forward first on remat stages.
+  Values PrepareBackward(const Action& a, bool keep_boundaries);
+  Values GradOutput(const Action& a);
+  /// Hands `grads` (one per floating-point input) to the previous stage, in memory or by message.
+  void HandBackInputGrad(const Action& a, Values grads);
+  /// Packs `values` as the micro-batch's message to send.
+  void SetToSend(Micro& m, const Values& values);
+  Values TakeIncoming(const Message& m);
   void ReapSends();
 
   RunnerConfig config_;

@@ -72,9 +72,10 @@ std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const Prof
     std::vector<torch::Tensor> losses;
     for (int m = 0; m < kMicrobatches; ++m) {
       direct_f += DeviceTimeMs(settings.device, [&] {
-        torch::Tensor h = one.input;
-        for (auto& layer : runner.stages()[0].layers) h = layer->Forward(h);
-        losses.push_back(LossOf(model, h, one.target) * config.loss_scale);
+        auto& stage_layers = runner.stages()[0].layers;
+        Values h = {stage_layers.front()->MayWriteInput() ? one.input.clone() : one.input};
+        for (auto& layer : stage_layers) h = layer->Apply(h);
+        losses.push_back(LossOf(model, h.at(0), one.target) * config.loss_scale);
       });
     }
     for (int m = kMicrobatches - 1; m >= 0; --m) direct_b += DeviceTimeMs(settings.device, [&] { losses[m].backward(); });

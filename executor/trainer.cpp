@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "executor/action_clock.h"
@@ -41,6 +43,54 @@ std::string StageList(const std::vector<int>& stages) {
   std::string text;
   for (int s : stages) text += (text.empty() ? "" : ",") + std::to_string(s);
   return text;
+}
+
+// A parameter this rank holds that other ranks of its replica hold too.
+struct SharedGroup {
+  torch::Tensor parameter;
+  std::vector<int> ranks;  // sorted process ranks, this one among them
+};
+
+Expected<std::vector<SharedGroup>> SharedGroupsOf(const Plan& plan, const ModelSpec& model, const Schedule& lowered,
+                                                  int replica, int rank, std::vector<StageSetup>& stages) {
+  Expected<std::vector<SharedParameter>> shared = SharedParametersOf(model);
+  if (!shared.ok()) return shared.status();
+  std::map<int, Layer*> mine;
+  for (StageSetup& stage : stages) {
+    const StagePlan& sp = plan.stages[static_cast<size_t>(stage.stage)];
+    for (int l = sp.first_layer; l < sp.end_layer; ++l) mine[l] = stage.layers[static_cast<size_t>(l - sp.first_layer)].get();
+  }
+  GPIPE_RETURN_IF_ERROR(TieParameters(*shared, mine));
+  std::vector<SharedGroup> groups;
+  for (const SharedParameter& p : *shared) {
+    std::set<int> ranks;
+    torch::Tensor parameter;
+    for (size_t k = 0; k < p.layers.size(); ++k) {
+      for (int s = 0; s < plan.num_stages(); ++s) {
+        const StagePlan& sp = plan.stages[static_cast<size_t>(s)];
+        if (p.layers[k] < sp.first_layer || p.layers[k] >= sp.end_layer) continue;
+        ranks.insert(plan.DeviceOf(replica, lowered.stage_rank[static_cast<size_t>(s)]));
+      }
+      if (auto it = mine.find(p.layers[k]); it != mine.end() && !parameter.defined()) {
+        parameter = it->second->ParameterNamed(p.names[k]);
+      }
+    }
+    if (parameter.defined() && ranks.size() > 1 && ranks.count(rank) > 0) {
+      groups.push_back({parameter, std::vector<int>(ranks.begin(), ranks.end())});
+    }
+  }
+  return groups;
+}
+
+// Every holder of a shared parameter ends the step with the sum of their gradients, in the same
+// order on every rank (the order of the model's ties).
+void SumSharedGradients(Communicator& comm, const std::vector<SharedGroup>& groups) {
+  for (const SharedGroup& g : groups) {
+    torch::Tensor p = g.parameter;
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    torch::Tensor grad = p.grad();
+    comm.AllReduceSum(grad, g.ranks);
+  }
 }
 
 }  // namespace
@@ -101,6 +151,11 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
     stages.push_back({s, sp.remat, std::move(*layers)});
     outcome.record.stages.push_back(s);
   }
+  // Tied parameters: one tensor on this rank (its stages were built apart), and a sum of the
+  // gradients over the ranks of this replica that hold one (as GPipe and Megatron do for a tied
+  // embedding and LM head).
+  Expected<std::vector<SharedGroup>> shared = SharedGroupsOf(plan, model, lowered, replica, comm.rank(), stages);
+  if (!shared.ok()) return shared.status().WithContext(who);
   RunnerConfig config;
   config.model = &model;
   config.num_stages = plan.num_stages();
@@ -175,6 +230,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       meter.ResetPeak();
       runner.FinishStep();
       double loss = runner.StepLoss();
+      SumSharedGradients(comm, *shared);
       if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss, options.device);
       optimizer->step();
       const double time_ms = clock.EndStep();

@@ -286,7 +286,7 @@ const Row kRows[] = {
      "{\"kind\": \"random-tokens\"}; is \"dtaa\" a misspelling of it?", "dtaa"},
     {M, "/learning_rate", "0", "model.json.learning_rate: expected a number > 0, got 0"},
     {M, "/torchscript", "\"model.pt\"",
-     "model.json: give exactly one of \"layers\" (a list of layer objects) or \"torchscript\" (a scripted nn.Sequential file)"},
+     "model.json: give exactly one of \"layers\" (a list of layer objects), \"torchscript\" (a scripted nn.Sequential file) or \"python\" (\"file.py:function\", a function returning an nn.Sequential)"},
     {M, "/loss", "\"mse\"", "model.json.loss: unknown loss \"mse\"; known: cross-entropy"},
     {M, "/input/kind", "\"pictures\"", "model.json.input.kind: unknown input kind \"pictures\"; known: tokens, images"},
     // Run records.

@@ -56,7 +56,7 @@ void ExpectSplitMatchesFull(const Body& body, const torch::Tensor& x, const std:
   torch::Tensor out2 = body(CountingIdentity::apply(input2));
   CountingIdentity::backward_calls = 0;
   std::vector<torch::Tensor> anchor_grads;
-  WeightPass w = BackwardInput(out2, grad, {input2}, params, &anchor_grads);
+  WeightPass w = BackwardInput({out2}, {grad}, {input2}, params, &anchor_grads);
   EXPECT_EQ(CountingIdentity::backward_calls, 1) << "I reaches the input once";
   for (const torch::Tensor& p : params) EXPECT_FALSE(p.grad().defined()) << "I computed a weight gradient";
   ASSERT_EQ(anchor_grads.size(), 1u);
@@ -148,7 +148,7 @@ TEST(SplitBackward, FirstStageAnchorsAtLayerOutputs) {
   }
   torch::Tensor loss = LossOf(model, h, target);
   std::vector<torch::Tensor> anchor_grads;
-  WeightPass w = BackwardInput(loss, torch::Tensor(), boundaries, params, &anchor_grads);
+  WeightPass w = BackwardInput({loss}, {}, boundaries, params, &anchor_grads);
   for (const torch::Tensor& p : params) EXPECT_FALSE(p.grad().defined()) << "I computed a weight gradient";
   EXPECT_FALSE(w.empty());
   w.Run();

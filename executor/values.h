@@ -1,0 +1,41 @@
+// What passes between layers and between stages: one tensor, or several (Llama's hidden states
+// with its rotary embeddings and position ids), each with its own shape and dtype. Floating-point
+// tensors are differentiable: a stage's input gets a leaf of each that needs its gradient, and a
+// gradient message carries one tensor per floating-point entry. Other tensors (token or position
+// ids, masks) move as they are and get no gradient.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace gpipe::executor {
+
+using Values = std::vector<torch::Tensor>;
+
+/// Leaves for a stage's or a layer's input: each floating-point tensor detached, requiring its
+/// gradient; the others as they are.
+Values LeavesOf(const Values& x);
+Values DetachedOf(const Values& x);
+/// Copies, for a layer that may write into its input.
+Values ClonedOf(const Values& x);
+int64_t BytesOf(const Values& x);
+/// Whether any tensor of `x` is floating-point (differentiable).
+bool AnyFloatingPoint(const Values& x);
+
+/// The gradient message for `inputs`: one tensor per floating-point input, `grads[k]` (aligned
+/// with `inputs`) or zeros where no gradient reached it.
+Values GradientMessage(const Values& inputs, const Values& grads);
+/// The same, from the inputs' own .grad().
+Values InputGradients(const Values& inputs);
+
+/// The roots of a backward from `outputs` and their seeds: the outputs that require a gradient,
+/// each with its entry of `grads` (one per floating-point output). Empty `grads`: a scalar loss,
+/// seeds empty.
+std::pair<Values, Values> BackwardRoots(const Values& outputs, const Values& grads);
+/// Runs the backward from `outputs` (accumulating into .grad()).
+void RunBackward(const Values& outputs, const Values& grads);
+
+}  // namespace gpipe::executor
