@@ -1,5 +1,8 @@
 #include "core/profile.h"
 
+#include <algorithm>
+#include <cstdint>
+#include <map>
 #include <set>
 
 #include "core/json_reader.h"
@@ -9,7 +12,68 @@ namespace gpipe {
 namespace {
 
 const std::set<std::string> kKnownTop = {"format", "model", "device", "microbatch_size",
-                                         "dtype", "input_bytes", "layers", "step_costs"};
+                                         "dtype", "input_bytes", "layers", "step_costs",
+                                         "tied_parameters"};
+const std::set<std::string> kKnownTie = {"layers", "bytes", "name"};
+
+// The path of field `key` under `where`, as ObjectReader::Where writes it.
+std::string FieldPath(const std::string& where, const std::string& key) {
+  return where + (where.empty() || where.back() == ' ' ? "" : ".") + key;
+}
+
+std::string LayerIndexError(const std::string& value, int num_layers) {
+  return "expected a layer index, a whole number in [0, " + std::to_string(num_layers - 1) + "] (the profile has " +
+         std::to_string(num_layers) + " layers), got " + value;
+}
+
+Expected<TiedParameter> TiedParameterFromJson(const nlohmann::json& json, const std::string& where, int num_layers) {
+  ObjectReader r(json, where);
+  r.SetKnownFields(kKnownTie);
+  TiedParameter tie;
+  const nlohmann::json* layers = r.Array("layers");
+  tie.bytes = r.Bytes("bytes");
+  tie.name = r.OptionalString("name", "");
+  if (!r.status().ok()) return r.status();
+  for (size_t j = 0; j < layers->size(); ++j) {
+    const nlohmann::json& value = (*layers)[j];
+    const bool index = value.is_number_integer() && !(value.is_number_unsigned() && value.get<uint64_t>() > INT32_MAX) &&
+                       value.get<int64_t>() >= 0 && value.get<int64_t>() < num_layers;
+    if (!index) {
+      return Status::Invalid(r.Where("layers") + "[" + std::to_string(j) + "]: " + LayerIndexError(Describe(value), num_layers));
+    }
+    tie.layers.push_back(static_cast<int>(value.get<int64_t>()));
+  }
+  return tie;
+}
+
+// How many of the tied parameter's layers lie in `ranges`.
+int CountIn(const TiedParameter& tie, const std::pair<int, int>* ranges, size_t num_ranges) {
+  int count = 0;
+  for (int l : tie.layers) {
+    for (size_t i = 0; i < num_ranges; ++i) {
+      if (l >= ranges[i].first && l < ranges[i].second) {
+        ++count;
+        break;
+      }
+    }
+  }
+  return count;
+}
+
+int64_t CountedTwice(const Profile& profile, const std::pair<int, int>* ranges, size_t num_ranges) {
+  int64_t bytes = 0;
+  for (const TiedParameter& tie : profile.tied_parameters) {
+    const int n = CountIn(tie, ranges, num_ranges);
+    if (n >= 2) bytes += tie.bytes * (n - 1);
+  }
+  return bytes;
+}
+
+int64_t SumParamBytes(const Profile& profile, int first, int end) {
+  int64_t bytes = 0;
+  for (int l = first; l < end; ++l) bytes += profile.layers[l].param_bytes;
+  return bytes;
+}
 
 Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::string& where) {
   ObjectReader r(json, where);
@@ -72,6 +136,18 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
     if (!costs.ok()) return costs.status();
     profile.step_costs = std::move(*costs);
   }
+  if (json.contains("tied_parameters")) {
+    const nlohmann::json* ties = r.Array("tied_parameters");
+    if (!r.status().ok()) return r.status();
+    for (size_t i = 0; i < ties->size(); ++i) {
+      const std::string tie_where = r.Where("tied_parameters") + "[" + std::to_string(i) + "]";
+      Expected<TiedParameter> tie = TiedParameterFromJson((*ties)[i], tie_where, profile.num_layers());
+      if (!tie.ok()) return tie.status();
+      profile.tied_parameters.push_back(std::move(*tie));
+    }
+    GPIPE_RETURN_IF_ERROR(CheckTiedParameters(profile, where));
+    for (TiedParameter& tie : profile.tied_parameters) std::sort(tie.layers.begin(), tie.layers.end());
+  }
   profile.extra = UnknownFields(json, kKnownTop);
   return profile;
 }
@@ -103,7 +179,80 @@ nlohmann::json ProfileToJson(const Profile& profile) {
   }
   json["layers"] = std::move(layers);
   if (profile.step_costs) json["step_costs"] = StepCostsToJson(*profile.step_costs);
+  if (!profile.tied_parameters.empty()) {
+    nlohmann::json ties = nlohmann::json::array();
+    for (const TiedParameter& tie : profile.tied_parameters) {
+      nlohmann::json t = {{"layers", tie.layers}, {"bytes", tie.bytes}};
+      if (!tie.name.empty()) t["name"] = tie.name;
+      ties.push_back(std::move(t));
+    }
+    json["tied_parameters"] = std::move(ties);
+  }
   return json;
+}
+
+int64_t TiedBytesCountedTwice(const Profile& profile, const LayerRanges& ranges) {
+  if (profile.tied_parameters.empty()) return 0;
+  return CountedTwice(profile, ranges.data(), ranges.size());
+}
+
+int64_t TiedBytesCountedTwice(const Profile& profile, int first, int end) {
+  if (profile.tied_parameters.empty()) return 0;
+  const std::pair<int, int> range(first, end);
+  return CountedTwice(profile, &range, 1);
+}
+
+int64_t ParamBytesOfLayers(const Profile& profile, const LayerRanges& ranges) {
+  int64_t bytes = 0;
+  for (const auto& [first, end] : ranges) bytes += SumParamBytes(profile, first, end);
+  return bytes - TiedBytesCountedTwice(profile, ranges);
+}
+
+int64_t ParamBytesOfLayers(const Profile& profile, int first, int end) {
+  return SumParamBytes(profile, first, end) - TiedBytesCountedTwice(profile, first, end);
+}
+
+Status CheckTiedParameters(const Profile& profile, const std::string& where) {
+  const int num_layers = profile.num_layers();
+  std::map<int, int64_t> tied_bytes;  // per layer, over the tied parameters so far
+  for (size_t i = 0; i < profile.tied_parameters.size(); ++i) {
+    const TiedParameter& tie = profile.tied_parameters[i];
+    const std::string tie_where = FieldPath(where, "tied_parameters") + "[" + std::to_string(i) + "]";
+    const std::string layers_where = tie_where + ".layers";
+    std::set<int> seen;
+    for (size_t j = 0; j < tie.layers.size(); ++j) {
+      const int l = tie.layers[j];
+      const std::string element = layers_where + "[" + std::to_string(j) + "]";
+      if (l < 0 || l >= num_layers) return Status::Invalid(element + ": " + LayerIndexError(std::to_string(l), num_layers));
+      if (!seen.insert(l).second) {
+        return Status::Invalid(element + ": layer " + std::to_string(l) + " is listed twice; list each layer that holds the parameter once");
+      }
+    }
+    if (seen.size() < 2) {
+      return Status::Invalid(layers_where + ": lists " + std::to_string(seen.size()) +
+                             " layer(s); a tied parameter is shared by at least 2 distinct layers");
+    }
+    if (tie.bytes <= 0) {
+      return Status::Invalid(tie_where + ".bytes: expected a byte count > 0, got " + std::to_string(tie.bytes));
+    }
+    for (int l : seen) {
+      const LayerProfile& layer = profile.layers[l];
+      if (tie.bytes > layer.param_bytes) {
+        return Status::Invalid(tie_where + ".bytes: " + std::to_string(tie.bytes) + " is more than layers[" +
+                               std::to_string(l) + "] (" + Quote(layer.name) + ")'s param_bytes (" +
+                               std::to_string(layer.param_bytes) +
+                               "); each layer that holds a tied parameter counts it in its param_bytes");
+      }
+      tied_bytes[l] += tie.bytes;
+      if (tied_bytes[l] > layer.param_bytes) {
+        return Status::Invalid(tie_where + ".bytes: with the tied parameters before it, layers[" + std::to_string(l) +
+                               "] (" + Quote(layer.name) + ") holds " + std::to_string(tied_bytes[l]) +
+                               " bytes of tied parameters, more than its param_bytes (" +
+                               std::to_string(layer.param_bytes) + ")");
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpipe

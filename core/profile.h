@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,19 @@ struct LayerProfile {
   int64_t weight_pass_bytes = 0;
 };
 
+/// A parameter that several layers share (tied weights: GPT-2's LM head uses the token
+/// embedding's weight). Each listed layer counts it in its own param_bytes; a stage, and a rank,
+/// that holds several of them holds it once (ParamBytesOfLayers), while two ranks holding it
+/// each hold a copy, its gradient and its optimizer state.
+struct TiedParameter {
+  /// The layers that hold it, ascending, at least two (the profile reader sorts them).
+  std::vector<int> layers;
+  /// Its bytes, as each listed layer counts them in param_bytes; > 0.
+  int64_t bytes = 0;
+  /// Optional, e.g. "wte.weight" (informational).
+  std::string name;
+};
+
 struct Profile {
   std::string model;
   std::string device;
@@ -57,6 +71,8 @@ struct Profile {
   /// What a step costs beyond the layers (optimizer, co-located ranks, per-step overhead), when
   /// the profiler measured it; without it a prediction leaves those out.
   std::optional<StepCosts> step_costs;
+  /// Parameters shared by several layers; empty when none (or not recorded).
+  std::vector<TiedParameter> tied_parameters;
   /// Fields this build does not interpret, kept so that a rewritten file loses nothing.
   nlohmann::json extra = nlohmann::json::object();
 
@@ -67,5 +83,28 @@ struct Profile {
 Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string& where);
 Expected<Profile> LoadProfile(const std::string& path);
 nlohmann::json ProfileToJson(const Profile& profile);
+
+/// Layer ranges [first, end), e.g. the stages on one rank.
+using LayerRanges = std::vector<std::pair<int, int>>;
+
+/// The parameter bytes of the layers in `ranges`, each tied parameter counted once: the sum of
+/// their param_bytes less TiedBytesCountedTwice. What a stage or a rank holding those layers
+/// holds (weights; gradients and optimizer state follow them).
+/// REQUIRES: the ranges lie in [0, num_layers) and do not overlap.
+int64_t ParamBytesOfLayers(const Profile& profile, const LayerRanges& ranges);
+int64_t ParamBytesOfLayers(const Profile& profile, int first, int end);
+
+/// What summing param_bytes over the layers of `ranges` counts more than once: for each tied
+/// parameter with n >= 2 of its layers in them, bytes x (n - 1). 0 without tied parameters.
+/// REQUIRES: as ParamBytesOfLayers.
+int64_t TiedBytesCountedTwice(const Profile& profile, const LayerRanges& ranges);
+int64_t TiedBytesCountedTwice(const Profile& profile, int first, int end);
+
+/// Checks profile.tied_parameters against the layers: each lists at least two distinct layers in
+/// [0, num_layers) (any order), bytes > 0, and no layer's tied bytes (summed over the tied
+/// parameters that list it) above its param_bytes. `where` prefixes the field paths in errors,
+/// e.g. "profile.json" gives "profile.json.tied_parameters[0].layers[1]: ...". The profile
+/// reader calls it; a writer (the profiler) may call it before writing.
+Status CheckTiedParameters(const Profile& profile, const std::string& where);
 
 }  // namespace gpipe

@@ -263,7 +263,7 @@ class Search {
       // Every stage was admitted by its memory frontier; confirm with the simulator's own walk
       // (the two may differ in the last bits).
       for (int r = 0; r < p_.ranks; ++r) {
-        if (RankMemoryPeak(evaluator_->schedule(), r, costs->stages).peak_bytes > Limit()) return;
+        if (RankMemoryPeak(evaluator_->schedule(), r, *costs).peak_bytes > Limit()) return;
       }
       best_ = step;
       result_.step_time_ms = step;
@@ -472,8 +472,10 @@ class Search {
       }
       const double static_bytes = table_.StaticBytes(a, e);
       const double activation = table_.ActivationBytes(a, e);
+      // A tied parameter in this chunk and an earlier one of the rank is held once.
+      const double shared = table_.has_tied_parameters() ? table_.SharedStaticBytes(RankLayers(rank, s, a, e)) : 0.0;
       // (prefix sums may round above the exact sums: allow for it before giving up)
-      if (rank_static_[rank] + static_bytes + std::max(rank_activation_[rank], activation) > Limit() * (1 + 1e-12)) {
+      if (rank_static_[rank] + static_bytes - shared + std::max(rank_activation_[rank], activation) > Limit() * (1 + 1e-12)) {
         break;  // grows with e
       }
       rank_work_[rank] += work;
@@ -494,6 +496,14 @@ class Search {
       rank_activation_[rank] = previous_activation;
       if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
     }
+  }
+
+  // The layers of `rank`'s chunks before stage s (as ends_ places them) and [a, e).
+  LayerRanges RankLayers(int rank, int s, int a, int e) const {
+    LayerRanges ranges;
+    for (int t = rank; t < s; t += p_.ranks) ranges.emplace_back(t == 0 ? 0 : ends_[t - 1], ends_[t]);
+    ranges.emplace_back(a, e);
+    return ranges;
   }
 
   // A first incumbent for interleaved plans: the cut into S stages of most even work.
@@ -535,12 +545,16 @@ class Search {
       if (has_fitting_subset) continue;
       std::vector<const StageCost*> pointers;
       double static_bytes = 0;
+      LayerRanges ranges;
       for (int c = 0; c < p_.chunks; ++c) {
         const int t = c * p_.ranks + rank;
         costs[c] = table_.Stage(firsts[t], ends_[t], (mask >> c) & 1);
         static_bytes += costs[c].static_bytes;
         pointers.push_back(&costs[c]);
+        if (table_.has_tied_parameters()) ranges.emplace_back(firsts[t], ends_[t]);
       }
+      // As BuildCostModel: a tied parameter in several chunks of the rank is held once.
+      static_bytes -= table_.SharedStaticBytes(ranges);
       if (static_bytes + Peak(rank, pointers.data()) <= Limit()) fitting.push_back(mask);
     }
     if (seed && !fitting.empty()) fitting.resize(1);

@@ -71,6 +71,18 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   for (int from = 0; from < ranks; ++from) {
     for (int to = 0; to < ranks; ++to) model.links[from][to] = plan.cluster.LinkBetween(device(0, from), device(0, to));
   }
+  if (table.has_tied_parameters()) {
+    // A tied parameter in several stages of one rank is held there once.
+    std::vector<LayerRanges> rank_layers(ranks);
+    for (const StagePlan& stage : plan.stages) rank_layers[stage.rank].emplace_back(stage.first_layer, stage.end_layer);
+    std::vector<double> shared(ranks, 0.0);
+    bool any = false;
+    for (int r = 0; r < ranks; ++r) {
+      shared[r] = table.SharedStaticBytes(rank_layers[r]);
+      any = any || shared[r] != 0.0;
+    }
+    if (any) model.shared_static_bytes = std::move(shared);
+  }
   const std::vector<double> param_bytes = ParamBytesPerRank(plan);
   if (calibration != nullptr) {
     model.send_overhead_ms = calibration->send_overhead_ms;
@@ -102,9 +114,11 @@ std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cl
 }
 
 std::vector<double> ParamBytesPerRank(const Plan& plan) {
-  std::vector<double> bytes(plan.num_ranks(), 0.0);
-  for (const StagePlan& stage : plan.stages) {
-    for (int l = stage.first_layer; l < stage.end_layer; ++l) bytes[stage.rank] += static_cast<double>(plan.profile.layers[l].param_bytes);
+  std::vector<LayerRanges> rank_layers(plan.num_ranks());
+  for (const StagePlan& stage : plan.stages) rank_layers[stage.rank].emplace_back(stage.first_layer, stage.end_layer);
+  std::vector<double> bytes(rank_layers.size(), 0.0);
+  for (size_t r = 0; r < rank_layers.size(); ++r) {
+    bytes[r] = static_cast<double>(ParamBytesOfLayers(plan.profile, rank_layers[r]));
   }
   return bytes;
 }

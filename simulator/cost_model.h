@@ -100,6 +100,10 @@ struct CostModel {
   /// 0: sends cost send_overhead_ms whatever their size.
   double send_issue_bytes_per_s = 0;
   std::vector<double> tail_ms;
+  /// Per rank, model state that several of its stages count in their static_bytes but the rank
+  /// holds once: a tied parameter (core/profile.h) in two stages of one rank (interleaved). The
+  /// rank's model state is its stages' static bytes less this. Empty: none on any rank.
+  std::vector<double> shared_static_bytes;
   /// Samples per micro-batch and in the whole step (for throughput).
   int64_t microbatch_size = 1;
   int64_t global_batch = 1;
@@ -123,9 +127,12 @@ struct CostModel {
   double AfterLastActionMs(int r) const {
     return (allreduce_ms.empty() ? 0.0 : allreduce_ms[r]) + (tail_ms.empty() ? 0.0 : tail_ms[r]);
   }
+  /// shared_static_bytes[r], or 0 when empty.
+  double SharedStaticBytes(int r) const { return shared_static_bytes.empty() ? 0.0 : shared_static_bytes[r]; }
 };
 
-/// The parameter bytes of each rank's stages (what it all-reduces and updates).
+/// The parameter bytes of each rank's stages (what it all-reduces and updates), each tied
+/// parameter counted once per rank that holds it (ParamBytesOfLayers).
 std::vector<double> ParamBytesPerRank(const Plan& plan);
 
 /// How many of a plan's `devices` (K x D) share the busiest node of `cluster`.

@@ -26,6 +26,23 @@ LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer
     param_[l + 1] = param_[l] + static_cast<double>(layer.param_bytes);
     workspaces_ = workspaces_ || layer.forward_workspace_bytes != 0 || layer.backward_workspace_bytes != 0;
   }
+  if (!profile.tied_parameters.empty()) {
+    tied_before_.resize(layers);
+    for (const TiedParameter& tie : profile.tied_parameters) {
+      std::vector<int> sorted = tie.layers;
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 1; i < sorted.size(); ++i) {
+        tied_before_[sorted[i]].emplace_back(sorted[i - 1], static_cast<double>(tie.bytes));
+      }
+    }
+  }
+}
+
+double LayerTable::SharedStaticBytes(const LayerRanges& ranges) const {
+  if (tied_before_.empty() || ranges.size() < 2) return 0.0;
+  int64_t within = 0;
+  for (const auto& [first, end] : ranges) within += TiedBytesCountedTwice(*profile_, first, end);
+  return factor_ * static_cast<double>(TiedBytesCountedTwice(*profile_, ranges) - within);
 }
 
 double LayerTable::OutputBytes(int layer) const {
@@ -57,6 +74,12 @@ void LayerTable::StageBuilder::Extend() {
   activation_ += static_cast<double>(layer.activation_bytes);
   weight_pass_ += static_cast<double>(layer.weight_pass_bytes);
   params_ += static_cast<double>(layer.param_bytes);
+  if (!table_->tied_before_.empty()) {
+    // A tied parameter this stage already holds through an earlier layer: held once.
+    for (const auto& [before, bytes] : table_->tied_before_[end_]) {
+      if (before >= first_) params_ -= bytes;
+    }
+  }
   forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));
   if (end_ > first_) {
     const LayerProfile& before = table_->profile_->layers[end_ - 1];

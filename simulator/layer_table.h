@@ -57,8 +57,15 @@ class LayerTable {
   double BackwardMs(int first, int end) const { return time_scale_ * (b_[end] - b_[first]); }
   double WeightMs(int first, int end) const { return time_scale_ * (w_[end] - w_[first]); }
   double ActivationBytes(int first, int end) const { return scale_ * (act_[end] - act_[first]); }
-  double ParamBytes(int first, int end) const { return param_[end] - param_[first]; }
-  double StaticBytes(int first, int end) const { return factor_ * (param_[end] - param_[first]); }
+  // (Exact: byte counts are whole numbers; each tied parameter counted once, as ParamBytesOfLayers.)
+  double ParamBytes(int first, int end) const { return param_[end] - param_[first] - TiedCountedTwice(first, end); }
+  double StaticBytes(int first, int end) const { return factor_ * ParamBytes(first, end); }
+  /// Whether the profile has tied parameters (else stages' parameters are plain sums).
+  bool has_tied_parameters() const { return !tied_before_.empty(); }
+  /// Model state that the stages `ranges` ([first, end), on one rank) each count in their
+  /// static_bytes but the rank holds once: a tied parameter held by several of them. 0 without
+  /// tied parameters. Their static bytes summed, less this, are the rank's model state.
+  double SharedStaticBytes(const LayerRanges& ranges) const;
   /// Bytes of the tensor leaving layer `layer`, scaled.
   double OutputBytes(int layer) const;
   /// The input of a stage that starts at `first`, scaled.
@@ -77,6 +84,14 @@ class LayerTable {
   bool workspaces_ = false;
   double factor_;
   std::vector<double> f_, b_, w_, act_, param_;
+  // Per layer, for each tied parameter it holds that an earlier layer holds too: that nearest
+  // earlier layer and the bytes (a stage reaching back to it counts the bytes once). Empty
+  // without tied parameters.
+  std::vector<std::vector<std::pair<int, double>>> tied_before_;
+
+  double TiedCountedTwice(int first, int end) const {
+    return tied_before_.empty() ? 0.0 : static_cast<double>(TiedBytesCountedTwice(*profile_, first, end));
+  }
 };
 
 }  // namespace gpipe

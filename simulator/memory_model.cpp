@@ -98,9 +98,15 @@ double StaticBytesOfRank(const Schedule& schedule, int rank, const std::vector<S
   return bytes;
 }
 
-MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages) {
+double StaticBytesOfRank(const Schedule& schedule, int rank, const CostModel& costs) {
+  return StaticBytesOfRank(schedule, rank, costs.stages) - costs.SharedStaticBytes(rank);
+}
+
+namespace {
+
+MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageCost>& stages, double static_bytes) {
   MemoryPeak peak;
-  peak.static_bytes = StaticBytesOfRank(schedule, rank, stages);
+  peak.static_bytes = static_bytes;
   peak.peak_bytes = peak.static_bytes;
   double activations = 0, buffers = 0;
   int in_flight = 0;
@@ -122,6 +128,16 @@ MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<
     apply(effect.at_end);
   }
   return peak;
+}
+
+}  // namespace
+
+MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages) {
+  return PeakOver(schedule, rank, stages, StaticBytesOfRank(schedule, rank, stages));
+}
+
+MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const CostModel& costs) {
+  return PeakOver(schedule, rank, costs.stages, StaticBytesOfRank(schedule, rank, costs));
 }
 
 }  // namespace gpipe

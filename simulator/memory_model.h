@@ -90,6 +90,9 @@ struct MemoryPeak {
 
 /// The peak over rank `rank`'s actions: apply each action's start change, then its end change.
 MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages);
+/// The same for a cost model's stages, the rank's model state held once where its stages share a
+/// tied parameter (CostModel::shared_static_bytes). What the simulator reports.
+MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const CostModel& costs);
 
 /// A rank's peak as a function of its stages' bytes and remat: the walk of RankMemoryPeak done
 /// once with counts instead of bytes, every stage counted as if it rematerialized (a stage that
@@ -146,7 +149,9 @@ class MemoryFrontier {
   mutable std::vector<int> counts_;    // scratch: the walk's counts
 };
 
-/// Parameters, gradients and optimizer state of the stages on `rank`.
+/// Parameters, gradients and optimizer state of the stages on `rank` (their static_bytes summed).
 double StaticBytesOfRank(const Schedule& schedule, int rank, const std::vector<StageCost>& stages);
+/// The same less CostModel::shared_static_bytes: a tied parameter held once per rank.
+double StaticBytesOfRank(const Schedule& schedule, int rank, const CostModel& costs);
 
 }  // namespace gpipe

@@ -40,7 +40,7 @@ class Simulation {
     result_.ranks.resize(schedule.num_ranks());
     result_.num_actions = schedule.num_actions();
     for (int r = 0; r < schedule.num_ranks(); ++r) {
-      result_.ranks[r].static_bytes = StaticBytesOfRank(schedule, r, costs.stages);
+      result_.ranks[r].static_bytes = StaticBytesOfRank(schedule, r, costs);
     }
   }
 
@@ -197,7 +197,7 @@ class Simulation {
     }
     for (int r = 0; r < schedule_.num_ranks(); ++r) {
       RankResult& rank = result_.ranks[r];
-      const MemoryPeak peak = RankMemoryPeak(schedule_, r, costs_.stages);
+      const MemoryPeak peak = RankMemoryPeak(schedule_, r, costs_);
       rank.peak_memory_bytes = peak.peak_bytes;
       rank.peak_activation_bytes = peak.activation_bytes;
       rank.peak_buffer_bytes = peak.buffer_bytes;
