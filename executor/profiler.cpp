@@ -262,6 +262,13 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.weight_pass_bytes = m.weight_pass_bytes;
     profile.layers.push_back(layer);
   }
+  // A parameter several layers hold (a tied embedding and LM head) counts once per stage and rank.
+  // MeasureModel built the layers from the same file, so its notes were read once already.
+  if (Expected<std::vector<SharedParameter>> shared = SharedParametersOf(model); shared.ok()) {
+    for (const SharedParameter& p : *shared) {
+      profile.tied_parameters.push_back({p.layers, p.bytes, p.names.empty() ? std::string() : p.names.front()});
+    }
+  }
   nlohmann::json measurements = nlohmann::json::array();
   for (const SizeMeasurement& size : sizes) {
     nlohmann::json layers = nlohmann::json::array();

@@ -227,6 +227,7 @@ void StageRunner::FinishBackward(const Action& a) {
   Micro& m = MicroOf(a.stage, a.microbatch);
   Micro done;
   done.to_send = std::move(m.to_send);
+  done.to_send_shape = std::move(m.to_send_shape);
   done.backward_done = true;
   m = std::move(done);
   ReleaseIfDone(a.stage, a.microbatch);

@@ -247,7 +247,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, step_peak);
       if (options.on_step) options.on_step(step, options.steps, loss, time_ms);
     } catch (const std::exception& e) {
-      std::string where = who + " (stages " + StageList(outcome.record.stages) + "), step " + std::to_string(step);
+      std::string where = "model " + model.name + ", " + who + " (stages " + StageList(outcome.record.stages) + "), step " + std::to_string(step);
       if (index < actions.size()) {
         where += ", action " + ActionToText(actions[index]) + " (" + std::to_string(index + 1) + " of " +
                  std::to_string(actions.size()) + ")";

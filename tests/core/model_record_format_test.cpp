@@ -2,6 +2,9 @@
 // files round-trip through their writers, and bad input gets one line naming the field and value.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "core/json_reader.h"
 #include "core/model.h"
 #include "core/run_record.h"
@@ -64,6 +67,7 @@ TEST(ModelFormatTest, BadModelsGetOneLineNamingTheField) {
       {R"({"loss":"mse"})", "m.json.loss: unknown loss \"mse\""},
       {R"({"learning_rate":0})", "m.json.learning_rate"},
       {R"({"torchscript":"net.pt"})", "give exactly one of \"layers\""},
+      {R"({"python":"model.py:build"})", "give exactly one of \"layers\""},
   };
   for (const Case& c : cases) {
     nlohmann::json model = TinyModel();
@@ -72,6 +76,33 @@ TEST(ModelFormatTest, BadModelsGetOneLineNamingTheField) {
     EXPECT_NE(error.find(c.error), std::string::npos) << "patch " << c.patch << "\n  got: " << error;
     EXPECT_EQ(error.find('\n'), std::string::npos) << error;
   }
+}
+
+// "python": "file.py:function" names a function returning an nn.Sequential (the executor exports
+// it); the file must exist, the function defaults to build, and the pair is written back as read.
+TEST(ModelFormatTest, PythonModelNamesAFileAndAFunction) {
+  std::string dir = testing::TempDir() + "python_model_test";
+  std::filesystem::create_directories(dir);
+  { std::ofstream(dir + "/net.py") << "def build():\n    pass\n"; }
+  nlohmann::json model = TinyModel();
+  model.erase("layers");
+  model["python"] = "net.py:make";
+  Expected<ModelSpec> spec = ModelFromJson(model, "m.json", dir);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->python_path, dir + "/net.py");
+  EXPECT_EQ(spec->python_function, "make");
+  EXPECT_EQ(ModelToJson(*spec)["python"], dir + "/net.py:make");
+  model["python"] = "net.py";
+  ASSERT_TRUE(ModelFromJson(model, "m.json", dir).ok());
+  EXPECT_EQ(ModelFromJson(model, "m.json", dir)->python_function, "build");
+  model["python"] = "missing.py:build";
+  Expected<ModelSpec> missing = ModelFromJson(model, "m.json", dir);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("m.json.python: \"" + dir + "/missing.py\" is not a readable file"),
+            std::string::npos) << missing.status().message();
+  model["python"] = "net.py:";
+  ASSERT_FALSE(ModelFromJson(model, "m.json", dir).ok());
+  EXPECT_NE(ModelFromJson(model, "m.json", dir).status().message().find("is not \"file.py:function\""), std::string::npos);
 }
 
 TEST(ModelFormatTest, CharTokensCoverTheVocabulary) {

@@ -392,6 +392,88 @@ def bad_scripted_layers(binary, tmp):
         assert "terminate called" not in err and "Exception raised from" not in err and "frame #" not in err, err
 
 
+def python_model_runs(binary, tmp, example, runs, layers):
+    """A model of models/examples given as "python": "file.py:build": exported through the binary's
+    exporter (cached in tmp), profiled, then trained with K=1 and each of `runs` ((cut or None for
+    the planner's own K=2 cut, remat, schedule)) over Gloo; every run's losses equal one process's.
+    Returns the profile."""
+    os.environ["GPIPE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    model = os.path.join(SOURCE, "models", "examples", example + ".json")
+    profile = os.path.join(tmp, "profile.json")
+    sh([binary, "profile", "--model", model, "--microbatch-size", "4", "--warmup", "0", "--repeats", "1",
+        "--ranks-per-node", "1", "-o", profile], cwd=tmp)
+    doc = record(profile)
+    assert len(doc["layers"]) == layers, [l["name"] for l in doc["layers"]]
+    one = os.path.join(tmp, "one.json")
+    sh([binary, "run", cut_plan(binary, tmp, "p1", profile, None, "off", microbatches=2, batch=8), "--model", model,
+        "--steps", "3", "--record", one], cwd=tmp)
+    want = losses(record(one))
+    for cut, remat, schedule in runs:
+        p = os.path.join(tmp, f"p2-{cut}-{remat}-{schedule}.json")
+        sh([binary, "plan", "--profile", profile, "--cluster", CLUSTER, "--global-batch", "8", "--stages", "2",
+            "--microbatches", "2", "--schedule", schedule, "--remat", remat, "--replicas", "1", "-o", p])
+        if cut is not None:
+            plan_doc = record(p)
+            plan_doc["stages"][0]["layers"][1] = cut
+            plan_doc["stages"][1]["layers"][0] = cut
+            with open(p, "w") as f:
+                json.dump(plan_doc, f)
+        out = os.path.join(tmp, f"run-{cut}-{remat}-{schedule}.json")
+        sh([binary, "run", p, "--model", model, "--steps", "3", "--record", out], cwd=tmp)
+        got = losses(record(out))
+        assert len(got) == len(want) == 3, (got, want)
+        assert all(abs(a - b) < 1e-4 * max(1.0, abs(b)) for a, b in zip(got, want)), (cut, remat, schedule, got, want)
+    return doc
+
+
+def gpt2_transformers(binary, tmp):
+    """Hugging Face's GPT-2 (4 blocks, random weights) with its LM head tied to the token embedding,
+    from models/examples/gpt2.py: the profile names the tie; K=2 with the embedding and the head on
+    different ranks (their gradients summed between them) trains as one process does, remat off
+    and on."""
+    doc = python_model_runs(binary, tmp, "gpt2", [(None, "off", "1f1b"), (3, "on", "1f1b"), (3, "off", "zb-h1")], 6)
+    ties = doc.get("tied_parameters", [])
+    assert len(ties) == 1 and ties[0]["layers"] == [0, 5] and ties[0]["bytes"] == 96 * 128 * 4, ties
+
+
+def llama_tuple_boundaries(binary, tmp):
+    """A Llama (transformers' LlamaConfig, tiny) whose layers pass (hidden states, cos, sin, int64
+    position ids): K=2 cut after the embedding and between decoder layers, remat off and on, trains
+    as one process does."""
+    python_model_runs(binary, tmp, "llama", [(1, "off", "1f1b"), (2, "on", "1f1b"), (2, "off", "zb-h1")], 4)
+
+
+def bad_python_models(binary, tmp):
+    """A "python" model whose child takes an extra argument, one whose child returns None, a function
+    that is not there: profile and run end with exit 1 and one line naming the model, the function
+    and the layer; no Python traceback, no C++ stack trace."""
+    os.environ["GPIPE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    shutil.copy(os.path.join(SOURCE, "tests", "python", "bad_models.py"), tmp)
+    for function, expect in (("extra_argument", "layer 1"), ("returns_none", "layer 1"), ("no_such_function", "no_such_function")):
+        model = os.path.join(tmp, function + ".json")
+        with open(model, "w") as f:
+            json.dump({"format": "gpipe-model/1", "name": "bad-" + function,
+                       "input": {"kind": "tokens", "vocab": 96, "seq_len": 16}, "data": {"kind": "random-tokens"},
+                       "python": "bad_models.py:" + function}, f)
+        for command in (["profile", "--model", model, "--warmup", "0", "--repeats", "1", "-o", os.path.join(tmp, "x.json")],
+                        ["run", PLAN_FOR_BAD_MODELS(binary, tmp), "--model", model, "--steps", "1"]):
+            result = sh([binary] + command, check=False, cwd=tmp)
+            err = result.stderr
+            assert result.returncode == 1, (function, command[0], result.returncode, err)
+            assert f"model bad-{function} (" in err and expect in err, (function, err)
+            assert len(err.strip().splitlines()) == 1, (function, err)
+            assert "Traceback" not in err and "terminate called" not in err and "frame #" not in err, err
+
+
+def PLAN_FOR_BAD_MODELS(binary, tmp):
+    layer = {"forward_ms": 1, "backward_ms": 2, "param_bytes": 1000, "activation_bytes": 1000, "output_bytes": 100}
+    profile = os.path.join(tmp, "bad-profile.json")
+    with open(profile, "w") as f:
+        json.dump({"format": "gpipe-profile/1", "model": "bad", "device": "cpu", "microbatch_size": 4,
+                   "layers": [dict(layer, name=f"layer{i}") for i in range(3)]}, f)
+    return cut_plan(binary, tmp, "bad-plan", profile, None, "off")
+
+
 def first_failure_named(binary, tmp):
     """Rank 1's own layer fails; rank 0 then only loses its connection. The launcher names rank 1
     as the first to fail, by the time each rank noted its own error, not by which exited first."""
@@ -485,7 +567,8 @@ def validate_compare_calibrate(binary, tmp):
     sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
 
 
-CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
+CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers,
+                                  llama_tuple_boundaries, bad_python_models, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
 
