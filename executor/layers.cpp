@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 
 namespace gpipe::executor {
@@ -214,6 +215,12 @@ struct ScriptModel {
 };
 
 Expected<ScriptModel> LoadScript(const ModelSpec& model) {
+  // TorchScript's profiling executor re-optimizes each graph over its first calls (for each new
+  // pattern of shapes and requires-grad), which spills into a run's second and third steps and into
+  // the profiler's pipeline probe, inflating what they measure (a traced Llama: 2x). The legacy
+  // executor specializes once per pattern, at its first call, and runs as fast after it.
+  static const bool legacy_executor = [] { return !torch::jit::getProfilingMode().exchange(false); }();
+  (void)legacy_executor;
   try {
     torch::jit::ExtraFilesMap extra{{"gpipe.json", ""}};
     torch::jit::Module root = torch::jit::load(model.torchscript_path, std::nullopt, extra);

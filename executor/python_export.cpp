@@ -86,8 +86,9 @@ Expected<int> Spawn(const std::vector<std::string>& args, const std::string& err
 }
 
 // The last non-empty line of `text` that the exporter wrote for people ("gpipe-export: ..."), or
-// the last line at all (an interpreter that died before the exporter ran).
-std::string ErrorLine(const std::string& text) {
+// the last line at all (an interpreter that died before the exporter ran), without the
+// "source:function: " it starts with (`what`), which the caller names already.
+std::string ErrorLine(const std::string& text, const std::string& what) {
   std::istringstream in(text);
   std::string line, mine, last;
   while (std::getline(in, line)) {
@@ -95,6 +96,7 @@ std::string ErrorLine(const std::string& text) {
     last = line;
     if (line.rfind("gpipe-export: ", 0) == 0) mine = line.substr(14);
   }
+  if (mine.rfind(what + ": ", 0) == 0) mine = mine.substr(what.size() + 2);
   return !mine.empty() ? mine : (last.empty() ? "no message" : last);
 }
 
@@ -128,19 +130,25 @@ Status ExportPythonModel(ModelSpec* model) {
   }
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::Invalid("model " + model->name + ": cannot make the cache folder " + dir + ": " + ec.message());
-  const std::string err_path = out + ".stderr";
+  // Written under a name of this process, then renamed: commands that export the same model at
+  // once (parallel tests, two launchers) never see each other's half-written file.
+  const std::string mine = out + "." + std::to_string(getpid());
+  const std::string err_path = mine + ".stderr";
   Expected<int> code = Spawn({python, "-c", ExporterSource(), "--source", model->python_path, "--function",
-                              model->python_function, "--out", out, "--input", input, "--seed",
+                              model->python_function, "--out", mine, "--input", input, "--seed",
                               std::to_string(model->seed)},
                              err_path);
   if (!code.ok()) return Status::Invalid("model " + model->name + " (" + what + "): " + code.status().message());
   Expected<std::string> err_text = ReadFile(err_path);
   std::remove(err_path.c_str());
-  if (*code != 0 || !std::filesystem::is_regular_file(out, ec)) {
+  if (*code != 0 || !std::filesystem::is_regular_file(mine, ec)) {
+    std::remove(mine.c_str());
     return Status::Invalid("model " + model->name + " (" + what + "): " +
-                           ErrorLine(err_text.ok() ? *err_text : std::string()) +
+                           ErrorLine(err_text.ok() ? *err_text : std::string(), what) +
                            (*code == 0 ? " (the exporter wrote no file)" : ""));
   }
+  std::filesystem::rename(mine, out, ec);
+  if (ec) return Status::Invalid("model " + model->name + ": cannot move the exported file to " + out + ": " + ec.message());
   model->torchscript_path = out;
   return Status::Ok();
 }
