@@ -7,6 +7,7 @@
 #include <set>
 
 #include "core/profile.h"
+#include "tests/core/tied_bytes_by_hand.h"
 
 namespace gpipe {
 namespace {
@@ -139,26 +140,13 @@ TEST(TiedParameters, CheckTiedParametersOnAProfileBuiltInCode) {
       << CheckTiedParameters(*profile, "built").message();
 }
 
-// Independent of the helper: each layer's own bytes (param_bytes less its tied parameters), plus
-// each tied parameter once when any of its layers is held.
+// Independent of the helper (tests/core/tied_bytes_by_hand.h).
 int64_t BruteForce(const Profile& profile, const LayerRanges& ranges) {
   std::set<int> held;
   for (const auto& [first, end] : ranges) {
     for (int l = first; l < end; ++l) held.insert(l);
   }
-  int64_t bytes = 0;
-  for (int l : held) {
-    bytes += profile.layers[l].param_bytes;
-    for (const TiedParameter& tie : profile.tied_parameters) {
-      for (int t : tie.layers) bytes -= t == l ? tie.bytes : 0;
-    }
-  }
-  for (const TiedParameter& tie : profile.tied_parameters) {
-    bool any = false;
-    for (int t : tie.layers) any = any || held.count(t) > 0;
-    if (any) bytes += tie.bytes;
-  }
-  return bytes;
+  return TiedBytesByHand(profile, held);
 }
 
 TEST(TiedParameters, CountedOncePerSetOfLayers) {

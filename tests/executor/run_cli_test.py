@@ -291,11 +291,13 @@ def scripted_model(tmp, name, net):
     return path
 
 
-def cut_plan(binary, tmp, name, profile, cut, remat, microbatches=4, batch=16):
-    """A K=2 plan of `profile` cut before layer `cut` (1 rank when cut is None)."""
+def cut_plan(binary, tmp, name, profile, cut, remat, microbatches=4, batch=16, schedule="1f1b", stages=None):
+    """A K=2 plan of `profile` cut before layer `cut` (1 rank when cut is None, unless `stages` says
+    how many: then the planner's own cut)."""
     path = os.path.join(tmp, name + ".json")
+    stages = stages or (1 if cut is None else 2)
     sh([binary, "plan", "--profile", profile, "--cluster", CLUSTER, "--global-batch", str(batch),
-        "--stages", "1" if cut is None else "2", "--microbatches", str(microbatches), "--schedule", "1f1b",
+        "--stages", str(stages), "--microbatches", str(microbatches), "--schedule", schedule,
         "--remat", remat, "--replicas", "1", "-o", path])
     if cut is not None:
         doc = record(path)
@@ -409,15 +411,8 @@ def python_model_runs(binary, tmp, example, runs, layers):
         "--steps", "3", "--record", one], cwd=tmp)
     want = losses(record(one))
     for cut, remat, schedule in runs:
-        p = os.path.join(tmp, f"p2-{cut}-{remat}-{schedule}.json")
-        sh([binary, "plan", "--profile", profile, "--cluster", CLUSTER, "--global-batch", "8", "--stages", "2",
-            "--microbatches", "2", "--schedule", schedule, "--remat", remat, "--replicas", "1", "-o", p])
-        if cut is not None:
-            plan_doc = record(p)
-            plan_doc["stages"][0]["layers"][1] = cut
-            plan_doc["stages"][1]["layers"][0] = cut
-            with open(p, "w") as f:
-                json.dump(plan_doc, f)
+        p = cut_plan(binary, tmp, f"p2-{cut}-{remat}-{schedule}", profile, cut, remat, microbatches=2, batch=8,
+                     schedule=schedule, stages=2)
         out = os.path.join(tmp, f"run-{cut}-{remat}-{schedule}.json")
         sh([binary, "run", p, "--model", model, "--steps", "3", "--record", out], cwd=tmp)
         got = losses(record(out))

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/schedule/validate.h"
+#include "tests/core/tied_bytes_by_hand.h"
 #include "planner/partition.h"
 #include "simulator/cost_model.h"
 #include "simulator/layer_table.h"
@@ -49,22 +50,9 @@ int64_t SumOfLayers(const Profile& profile, int first, int end) {
   return bytes;
 }
 
-// The parameter bytes of the layers in `held`, counted without ParamBytesOfLayers: each layer's
-// own (param_bytes less its tied parameters), plus each tied parameter once if any layer holds it.
+// The parameter bytes of the layers in `held`, counted without ParamBytesOfLayers.
 double BruteForce(const Profile& profile, const std::set<int>& held) {
-  int64_t bytes = 0;
-  for (int l : held) {
-    bytes += profile.layers[l].param_bytes;
-    for (const TiedParameter& tie : profile.tied_parameters) {
-      for (int t : tie.layers) bytes -= t == l ? tie.bytes : 0;
-    }
-  }
-  for (const TiedParameter& tie : profile.tied_parameters) {
-    bool any = false;
-    for (int t : tie.layers) any = any || held.count(t) > 0;
-    if (any) bytes += tie.bytes;
-  }
-  return static_cast<double>(bytes);
+  return static_cast<double>(TiedBytesByHand(profile, held));
 }
 
 std::vector<std::set<int>> LayersPerRank(const Plan& plan) {
