@@ -23,7 +23,10 @@ namespace {
 class ProfileCommand : public Command {
  public:
   explicit ProfileCommand(CLI::App& app) {
-    app.add_option("--model", model_path_, "A gpipe-model/1 file (see models/)")->required();
+    app.add_option("--model", model_path_,
+                   "A gpipe-model/1 file: built-in layers, a TorchScript file, or \"python\": \"file.py:build\" "
+                   "(see models/ and models/examples/)")
+        ->required();
     app.add_option("-o,--output", output_path_, "Write the gpipe-profile/1 file here")->required();
     app.add_option("--microbatch-size", sizes_, "Samples per micro-batch; several: 4,8,16 (the first is the profile's)")
         ->delimiter(',')
@@ -41,6 +44,8 @@ class ProfileCommand : public Command {
         "Examples:\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8 -o tiny-gpt-profile.json\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 4,8,16 --repeats 20 -o p.json\n"
+        "  a Hugging Face GPT-2 from a Python build() (traced once, cached in $GPIPE_CACHE_DIR):\n"
+        "    gpipe-plan profile --model models/examples/gpt2.json --microbatch-size 4 -o gpt2-profile.json\n"
         "  gpipe-plan plan --profile tiny-gpt-profile.json --cluster profiles/clusters/cpu-2.json --global-batch 64 -o plan.json\n"
         "Per layer: forward, backward and its weight-gradient part (median of --repeats, spread = half the\n"
         "interquartile range), parameter, activation (what autograd keeps, measured) and output bytes.\n"

@@ -59,6 +59,8 @@ class RunCommand : public Command {
         "  gpipe-plan run build/tiny-gpt-plan.json --model models/tiny-gpt.json --steps 20 --record run.json\n"
         "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --checkpoint-every 5\n"
         "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --resume --steps 40\n"
+        "  a model written in Python (\"python\": \"file.py:build\", traced once before the ranks start):\n"
+        "    gpipe-plan run gpt2-plan.json --model models/examples/gpt2.json --steps 5\n"
         "  check a plan under NCCL's rules on the CPU before a GPU run:\n"
         "    gpipe-plan run PLAN.json --model models/tiny-gpt.json --in-process --wire nccl --steps 2\n"
         "  two machines: gpipe-plan run PLAN.json --model M --nnodes 2 --node-rank 0|1 --master-addr HOST --master-port 29500\n"
