@@ -73,7 +73,10 @@ class PlanCommand : public Command {
     }
     const auto started = std::chrono::steady_clock::now();
     Expected<SearchResult> result = SearchPlans(*request);
-    if (!result.ok()) return Fail(err, "plan", result.status());
+    if (!result.ok()) {
+      // The search's complaints about the request name K, D, M and the batch; name the flags too.
+      return Fail(err, "plan", result.status().usage() ? result.status().WithContext(PinFlags()) : result.status());
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (json_) {
       out << (result->best ? PlanReportJson(*result) : InfeasibleJson(ExplainInfeasible(*request))).dump(2) << "\n";
@@ -172,6 +175,22 @@ class PlanCommand : public Command {
     }
     request.target_gap = gap_;
     return request;
+  }
+
+  // The flags that set the request's shape, as given, e.g. "--global-batch 63 --stages 2
+  // --microbatches 2".
+  std::string PinFlags() const {
+    std::string flags = "--global-batch " + std::to_string(global_batch_);
+    const auto add = [&flags](const char* flag, const std::optional<int>& value) {
+      if (value) flags += std::string(" ") + flag + " " + std::to_string(*value);
+    };
+    add("--devices", devices_);
+    add("--stages", stages_);
+    add("--replicas", replicas_);
+    add("--microbatches", microbatches_);
+    if (schedule_) flags += " --schedule " + *schedule_;
+    add("--chunks", chunks_);
+    return flags;
   }
 
   std::string profile_path_, cluster_path_, output_path_, remat_ = "auto";

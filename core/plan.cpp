@@ -205,23 +205,39 @@ std::vector<int> Plan::StageRanks() const {
   return ranks;
 }
 
+Status CheckDevicesFit(int ranks, int replicas, int devices) {
+  const int64_t needed = int64_t{ranks} * replicas;
+  if (needed <= devices) return Status::Ok();
+  return Status::Invalid("K x D = " + std::to_string(ranks) + " ranks x " + std::to_string(replicas) + " replicas = " +
+                         std::to_string(needed) + " devices is more than the cluster's " + std::to_string(devices));
+}
+
+Status CheckBatchSplit(int64_t global_batch, int replicas, int microbatches) {
+  const int64_t per_step = int64_t{replicas} * microbatches;
+  if (global_batch % per_step == 0) return Status::Ok();
+  return Status::Invalid("the global batch " + std::to_string(global_batch) + " does not split into D x M = " +
+                         std::to_string(replicas) + " x " + std::to_string(microbatches) +
+                         " micro-batches of whole samples; use a multiple of " + std::to_string(per_step));
+}
+
+Status CheckPipelineShape(int64_t global_batch, int ranks, int replicas, int microbatches, int devices) {
+  const auto at_least_one = [](int64_t value, const char* what) {
+    return value >= 1 ? Status::Ok()
+                      : Status::Invalid(std::string(what) + " must be at least 1, got " + std::to_string(value));
+  };
+  GPIPE_RETURN_IF_ERROR(at_least_one(global_batch, "the global batch"));
+  GPIPE_RETURN_IF_ERROR(at_least_one(ranks, "K (ranks per pipeline)"));
+  GPIPE_RETURN_IF_ERROR(at_least_one(replicas, "D (replicas)"));
+  GPIPE_RETURN_IF_ERROR(at_least_one(microbatches, "M (micro-batches per replica)"));
+  if (devices > 0) GPIPE_RETURN_IF_ERROR(CheckDevicesFit(ranks, replicas, devices));
+  return CheckBatchSplit(global_batch, replicas, microbatches);
+}
+
 Status ValidatePlan(const Plan& plan, const std::string& where) {
   GPIPE_RETURN_IF_ERROR(ValidateStages(plan, where));
   GPIPE_RETURN_IF_ERROR(ValidateLayout(plan, where));
-  const int64_t devices_needed = int64_t{plan.num_ranks()} * plan.replicas;
-  if (devices_needed > plan.cluster.devices) {
-    return Status::Invalid(where + ": the plan needs " + std::to_string(plan.num_ranks()) + " ranks x " +
-                           std::to_string(plan.replicas) + " replicas = " + std::to_string(devices_needed) +
-                           " devices, but the cluster has " + std::to_string(plan.cluster.devices));
-  }
-  const int64_t per_step = int64_t{plan.replicas} * plan.microbatches;
-  if (plan.global_batch % per_step != 0) {
-    return Status::Invalid(where + ".global_batch: " + std::to_string(plan.global_batch) +
-                           " samples do not split into " + std::to_string(plan.replicas) +
-                           " replicas x " + std::to_string(plan.microbatches) +
-                           " micro-batches of whole samples; use a multiple of " + std::to_string(per_step));
-  }
-  return Status::Ok();
+  GPIPE_RETURN_IF_ERROR(CheckDevicesFit(plan.num_ranks(), plan.replicas, plan.cluster.devices).WithContext(where));
+  return CheckBatchSplit(plan.global_batch, plan.replicas, plan.microbatches).WithContext(where + ".global_batch");
 }
 
 Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where,

@@ -90,6 +90,21 @@ struct Plan {
   }
 };
 
+/// The shape checks every pipeline passes, wherever it comes from (a plan file, a search's pins, a
+/// configuration, a job): K ranks and D replicas on at most the cluster's devices, and the global
+/// batch B in D x M micro-batches of whole samples. Errors name these quantities, never a
+/// command-line flag (the CLI adds the flags that set them). Status::Invalid when they fail.
+///
+/// K x D at most `devices`, e.g. "K x D = 3 ranks x 2 replicas = 6 devices is more than the
+/// cluster's 4".
+Status CheckDevicesFit(int ranks, int replicas, int devices);
+/// B splits into D x M micro-batches of whole samples, e.g. "the global batch 100 does not split
+/// into D x M = 3 x 4 micro-batches of whole samples; use a multiple of 12".
+Status CheckBatchSplit(int64_t global_batch, int replicas, int microbatches);
+/// B, K, D and M at least 1, then CheckDevicesFit (unless `devices` is 0: not known), then
+/// CheckBatchSplit.
+Status CheckPipelineShape(int64_t global_batch, int ranks, int replicas, int microbatches, int devices);
+
 /// Validates a parsed plan. Paths to a profile or cluster are resolved against `base_dir`.
 Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where,
                             const std::string& base_dir);

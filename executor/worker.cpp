@@ -265,11 +265,9 @@ Expected<Schedule> CheckRunnable(const Plan& plan, const ModelSpec& model, int w
                            std::to_string(plan.num_ranks()) + " x " + std::to_string(plan.replicas) + " = " +
                            std::to_string(needed));
   }
-  if (plan.global_batch % (int64_t{plan.replicas} * plan.microbatches) != 0) {
-    return Status::Invalid("the plan's global batch " + std::to_string(plan.global_batch) +
-                           " does not split into D x M = " + std::to_string(plan.replicas * plan.microbatches) +
-                           " equal micro-batches");
-  }
+  GPIPE_RETURN_IF_ERROR(CheckPipelineShape(plan.global_batch, plan.num_ranks(), plan.replicas, plan.microbatches,
+                                           /*devices=*/0)
+                            .WithContext("the plan"));
   Expected<Schedule> schedule = BuildSchedule(plan);
   if (!schedule.ok()) return schedule.status();
   // What NCCL needs of the wire, proven before any rank starts (Gloo needs less).

@@ -25,7 +25,7 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
   const int replicas = request.replicas.value_or(1);
   const int ranks = request.ranks.value_or(std::min(devices / replicas, request.profile.num_layers()));
   if (ranks < 1) {
-    return Status::Usage("--replicas " + std::to_string(replicas) + " needs more than " + std::to_string(devices) +
+    return Status::Usage("D = " + std::to_string(replicas) + " replicas need more than " + std::to_string(devices) +
                          " devices");
   }
   const int64_t per_replica = request.global_batch / replicas;

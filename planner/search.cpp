@@ -169,28 +169,21 @@ Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
 Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   const int layers = request.profile.num_layers();
   const int devices = request.cluster.devices;
-  if (request.global_batch < 1) return Status::Usage("--global-batch must be at least 1");
+  // The pins' faults are the caller's (Usage); they name K, D, M and the batch, and a CLI adds
+  // the flags that set them.
   if (request.ranks && *request.ranks > layers) {
-    return Status::Usage("--stages " + std::to_string(*request.ranks) + " is more than the profile's " +
-                         std::to_string(layers) + " layers; a stage needs at least one layer, so use at most " +
+    return Status::Usage("K = " + std::to_string(*request.ranks) + " ranks is more than the profile's " +
+                         std::to_string(layers) + " layers; every stage needs at least one layer, so K can be at most " +
                          std::to_string(layers));
   }
-  if (request.ranks && *request.ranks * request.replicas.value_or(1) > devices) {
-    return Status::Usage("--stages " + std::to_string(*request.ranks) + " x --replicas " +
-                         std::to_string(request.replicas.value_or(1)) + " needs more than the cluster's " +
-                         std::to_string(devices) + " devices");
-  }
-  if (request.replicas && request.global_batch % *request.replicas != 0) {
-    return Status::Usage("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
-                         std::to_string(*request.replicas) + " replicas");
-  }
-  if (request.microbatches && request.global_batch % (int64_t{request.replicas.value_or(1)} * *request.microbatches) != 0) {
-    return Status::Usage("--global-batch " + std::to_string(request.global_batch) + " does not split into " +
-                         std::to_string(*request.microbatches) + " micro-batches" +
-                         (request.replicas ? " per replica" : "") + " of whole samples");
-  }
+  // An unpinned D or M is checked as 1 (the D and M searched divide the batch anyway); K x D
+  // against the devices only when K is pinned (the configurations searched fit them anyway).
+  GPIPE_RETURN_IF_ERROR(CheckPipelineShape(request.global_batch, request.ranks.value_or(1),
+                                           request.replicas.value_or(1), request.microbatches.value_or(1),
+                                           request.ranks ? devices : 0)
+                            .AsUsage());
   if (request.schedule == ScheduleKind::kZbH1 && !ProfileHasWeightTimes(request.profile)) {
-    return Status::Usage("--schedule zb-h1 needs backward_weight_ms for every layer of the profile");
+    return Status::Usage("the schedule zb-h1 needs backward_weight_ms for every layer of the profile");
   }
   std::map<int64_t, Profile> sized_profiles;  // outlives `problems`, which point into it
   std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles);

@@ -48,9 +48,11 @@ const Row kRows[] = {
      "gpipe-plan plan: --schedule: unknown schedule \"ZB-H1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1; did you mean \"zb-h1\"?\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "0"}), kExitUsage, "gpipe-plan plan: --global-batch: must be at least 1, got 0\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "63", "--microbatches", "2", "--stages", "2"}), kExitUsage,
-     "gpipe-plan plan: --global-batch 63 does not split into 2 micro-batches of whole samples\n(run 'gpipe-plan plan --help' for usage)\n"},
+     "gpipe-plan plan: --global-batch 63 --stages 2 --microbatches 2: the global batch 63 does not split into D x M = 1 x 2 "
+     "micro-batches of whole samples; use a multiple of 2\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "64", "--stages", "3", "--schedule", "gpipe"}), kExitUsage,
-     "gpipe-plan plan: --stages 3 x --replicas 1 needs more than the cluster's 2 devices\n(run 'gpipe-plan plan --help' for usage)\n"},
+     "gpipe-plan plan: --global-batch 64 --stages 3 --schedule gpipe: K x D = 3 ranks x 1 replicas = 3 devices is more than "
+     "the cluster's 2\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "64", "--memory", "80XB"}), kExitUsage,
      "gpipe-plan plan: --memory: \"80XB\" is not a byte size; write a number with an optional suffix: B, KiB, MiB, GiB, "
      "TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. 80GiB\n(run 'gpipe-plan plan --help' for usage)\n"},

@@ -92,8 +92,8 @@ TEST(SimulateCommand, BadInputGetsOneLineAndExitOne) {
   const Outcome o = Cli({"simulate", path});
   EXPECT_EQ(o.code, kExitFailure);
   EXPECT_EQ(o.err, "gpipe-plan simulate: " + path +
-                       ".global_batch: 32 samples do not split into 1 replicas x 3 micro-batches of whole "
-                       "samples; use a multiple of 3\n");
+                       ".global_batch: the global batch 32 does not split into D x M = 1 x 3 micro-batches of "
+                       "whole samples; use a multiple of 3\n");
   const Outcome missing = Cli({"simulate", "/no/such/plan.json"});
   EXPECT_EQ(missing.code, kExitFailure);
   EXPECT_NE(missing.err.find("/no/such/plan.json: cannot open the file"), std::string::npos);

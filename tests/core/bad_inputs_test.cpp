@@ -245,8 +245,9 @@ const Row kRows[] = {
     {L, "/microbatches", nullptr,
      "plan.json: missing required field \"microbatches\"; is \"microbatch\" a misspelling of it?", "microbatch"},
     {L, "/global_batch", "7",
-     "plan.json.global_batch: 7 samples do not split into 1 replicas x 2 micro-batches of whole samples; use a multiple of 2"},
-    {L, "/replicas", "3", "plan.json: the plan needs 2 ranks x 3 replicas = 6 devices, but the cluster has 4"},
+     "plan.json.global_batch: the global batch 7 does not split into D x M = 1 x 2 micro-batches of whole samples; use a "
+     "multiple of 2"},
+    {L, "/replicas", "3", "plan.json: K x D = 2 ranks x 3 replicas = 6 devices is more than the cluster's 4"},
     {L, "/placement", "\"pipeline_major\"",
      "plan.json.placement: unknown placement \"pipeline_major\"; known: pipeline-major, replica-major; did you mean \"pipeline-major\"?"},
     {L, "/optimizer", "\"adamw\"",

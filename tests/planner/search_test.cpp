@@ -205,14 +205,14 @@ TEST(Search, RefusesRequestsThatCannotWork) {
   request.cluster.device_memory_bytes = 1LL << 40;
   const auto message = [](const Expected<SearchResult>& r) { return r.ok() ? std::string("ok") : r.status().message(); };
   request.ranks = 4;
-  EXPECT_NE(message(SearchPlans(request)).find("--stages 4 is more than the profile's 3 layers"), std::string::npos)
+  EXPECT_NE(message(SearchPlans(request)).find("K = 4 ranks is more than the profile's 3 layers"), std::string::npos)
       << message(SearchPlans(request));
   request.ranks = 2;
   request.replicas = 3;
-  EXPECT_NE(message(SearchPlans(request)).find("needs more than the cluster's 4 devices"), std::string::npos);
+  EXPECT_NE(message(SearchPlans(request)).find("K x D = 2 ranks x 3 replicas = 6 devices is more than the cluster's 4"), std::string::npos);
   request.replicas.reset();
   request.microbatches = 3;
-  EXPECT_NE(message(SearchPlans(request)).find("does not split into 3 micro-batches"), std::string::npos);
+  EXPECT_NE(message(SearchPlans(request)).find("does not split into D x M = 1 x 3 micro-batches"), std::string::npos);
 }
 
 }  // namespace

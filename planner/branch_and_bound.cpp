@@ -1,0 +1,50 @@
+#include "planner/branch_and_bound.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace gpipe::partition_internal {
+
+void BranchAndBound::Leaf() {
+  ++result_.leaves;
+  // skeleton_ is reused (its profile is not copied per leaf); stages are rewritten in place.
+  Plan& plan = skeleton_;
+  plan.stages.clear();
+  int first = 0;
+  for (int s = 0; s < stages_; ++s) {
+    plan.stages.push_back({first, ends_[s], s % p_.ranks, static_cast<bool>(remat_[s])});
+    first = ends_[s];
+  }
+  Expected<CostModel> costs = BuildCostModel(plan);
+  if (!costs.ok()) {
+    // The search builds only valid plans: an error here is a bug, reported rather than lost.
+    if (leaf_error_.ok()) leaf_error_ = costs.status().WithContext("the partition search's plan");
+    return;
+  }
+  const double step = evaluator_->StepTimeMs(*costs);
+  if (step < best_) {
+    // Every stage was admitted by its memory frontier; confirm with the simulator's own walk
+    // (the two may differ in the last bits).
+    for (int r = 0; r < p_.ranks; ++r) {
+      if (RankMemoryPeak(evaluator_->schedule(), r, *costs).peak_bytes > Limit()) return;
+    }
+    best_ = step;
+    result_.step_time_ms = step;
+    result_.plan = plan;
+  }
+}
+
+Expected<PartitionResult> BranchAndBound::Finish(double root) {
+  if (!leaf_error_.ok()) return leaf_error_;
+  result_.proven_optimal = !OutOfBudget();
+  result_.stopped_by_deadline = stopped_;
+  if (result_.proven_optimal) {
+    // Every pruned node's bound reached Cutoff(); the plan found ties the rest.
+    result_.lower_bound_ms = result_.plan ? best_ : Cutoff();
+  } else {
+    result_.lower_bound_ms = std::min(result_.plan ? best_ : Cutoff(), root);
+  }
+  return std::move(result_);
+}
+
+}  // namespace gpipe::partition_internal

@@ -1,0 +1,51 @@
+// What both partition searches (contiguous_search.h, interleaved_search.h) keep while they
+// branch: the stage boundaries and remat choices placed so far, the node budget and the
+// deadline, the best step found (the incumbent) and its plan. A leaf is a complete partition:
+// Leaf simulates it and keeps it when it is the best so far; Finish turns the search into its
+// PartitionResult, with any error a leaf met.
+#pragma once
+
+#include <vector>
+
+#include "core/status.h"
+#include "planner/partition_context.h"
+
+namespace gpipe::partition_internal {
+
+// Nodes whose bound comes within this fraction of the best step are pruned: they could at most
+// tie it (bounds use prefix sums, which round differently from the exact stage sums).
+inline constexpr double kTieFraction = 1e-12;
+
+class BranchAndBound : public PartitionContext {
+ public:
+  explicit BranchAndBound(const PartitionProblem& problem) : PartitionContext(problem) {}
+
+ protected:
+  double Cutoff() const { return best_ * (1.0 - kTieFraction); }
+  // Once the budget or the time is spent, every loop stops: the result is the best plan so far.
+  bool OutOfBudget() const { return result_.nodes >= p_.max_nodes || stopped_; }
+  // Counts a node; false when the budget or the time is spent (time_up is asked every 256).
+  bool CountNode() {
+    ++result_.nodes;
+    if (result_.nodes % 256 == 0 && p_.time_up && p_.time_up()) stopped_ = true;
+    return result_.nodes <= p_.max_nodes && !stopped_;
+  }
+  // Simulates the complete partition in ends_ and remat_ and keeps it when it is the best so
+  // far. An error building its costs (a bug: the searches build only valid plans) is kept for
+  // Finish to return, not lost.
+  void Leaf();
+  // The search's result once its branching is over, `root` its root's lower bound; the first
+  // error a leaf met instead, if any.
+  Expected<PartitionResult> Finish(double root);
+
+  std::vector<int> ends_ = std::vector<int>(stages_, 0);
+  std::vector<char> remat_ = std::vector<char>(stages_, 0);
+  double best_ = kInfinity;
+  PartitionResult result_;
+
+ private:
+  bool stopped_ = false;  // the deadline passed
+  Status leaf_error_ = Status::Ok();
+};
+
+}  // namespace gpipe::partition_internal

@@ -1,0 +1,185 @@
+#include "planner/contiguous_search.h"
+
+#include <algorithm>
+
+#include "planner/remat_choices.h"
+
+namespace gpipe::partition_internal {
+
+double ContiguousSearch::RootBound() const {
+  // lo fails: every partition has a relaxed bound of at least lo.
+  const std::optional<Bracket> b = RelaxedThreshold();
+  return b ? b->lo : kInfinity;
+}
+
+Expected<PartitionResult> ContiguousSearch::Run() {
+  UseShape();
+  best_ = p_.cutoff_ms;
+  const double root = RootBound();
+  SeedIncumbent();
+  Dfs(0, 0, 0.0, 0.0, 0.0);
+  return Finish(root);
+}
+
+std::optional<StageCost> ContiguousSearch::Fit(int q, const LayerTable::StageBuilder& builder) const {
+  for (bool remat : {false, true}) {
+    if (!RematAllowed(p_.remat, remat)) continue;
+    StageCost c = builder.Cost(remat);
+    const StageCost* const only = &c;
+    if (c.static_bytes + Peak(q, &only) <= Limit()) return c;
+  }
+  return std::nullopt;
+}
+
+double ContiguousSearch::StageBound(int q, const StageCost& c, double head, double tail, double param_bytes) const {
+  const double recompute = c.recompute_ms();
+  const double m = p_.microbatches;
+  if (split_) {
+    const double work = c.forward_ms + recompute + c.backward_ms;
+    // Micro-batch 0 must go all the way and its input gradient come back before rank q's
+    // first I; then the rank still runs all its I and W and its forwards not yet run.
+    // The input gradients of the stages after q: all of them less q's and those before it
+    // (at most `tail`, which also counts their recompute and messages).
+    const double after = std::max(0.0, total_input_gradient_ - c.backward_input_ms - tail);
+    const double round_trip = total_forward_ + after + m * (recompute + c.backward_ms) +
+                              (m - forwards_first_[q]) * c.forward_ms;
+    return std::max({head + m * work + AfterLastActionMs(q, param_bytes),
+                     head + m * (c.forward_ms + recompute + c.backward_input_ms) + tail, round_trip});
+  }
+  const double backward = c.backward_ms + recompute;
+  const double work = c.forward_ms + backward;
+  const double round_trip = total_forward_ + (total_backward_ - c.backward_ms) + m * backward +
+                            (m - forwards_first_[q]) * c.forward_ms;
+  return std::max({head + m * work + tail, head + m * work + AfterLastActionMs(q, param_bytes), round_trip});
+}
+
+double ContiguousSearch::RelaxedBound(int q, int a, int e, double head, double tail) const {
+  const double forward = table_.ForwardMs(a, e);
+  const double backward = table_.BackwardMs(a, e);
+  const double activation = table_.ActivationBytes(a, e);
+  const double static_bytes = table_.StaticBytes(a, e);
+  const double stashed = static_bytes + in_flight_[q] * activation;
+  // As Fit chooses: without remat where the policy allows it and the stash fits, else with.
+  bool remat = !RematAllowed(p_.remat, false);
+  if (!remat && stashed > Limit()) {
+    if (!RematAllowed(p_.remat, true)) return kInfinity;
+    remat = true;
+  }
+  if (remat && static_bytes + activation > Limit()) return kInfinity;
+  StageCost c;
+  c.forward_ms = forward;
+  c.backward_ms = backward;
+  c.backward_weight_ms = table_.WeightMs(a, e);
+  c.backward_input_ms = backward - c.backward_weight_ms;
+  c.remat = remat;
+  return StageBound(q, c, head, tail, table_.ParamBytes(a, e));
+}
+
+double ContiguousSearch::RemainderAverage(int q, int a) const {
+  return p_.microbatches * (table_.ForwardMs(a, layers_) + table_.BackwardMs(a, layers_)) / (p_.ranks - q);
+}
+
+bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, double cutoff, std::vector<int>* ends) const {
+  const int first = a;  // every boundary still to place lies in [first, L - 1)
+  for (; q < p_.ranks; ++q) {
+    if (RemainderAverage(q, a) >= cutoff) return false;
+    const int last_end = layers_ - (p_.ranks - 1 - q);
+    if (a >= last_end) return false;
+    const int lo = q == p_.ranks - 1 ? last_end : a + 1;
+    // Start from this rank's length in the last greedy (the search asks about neighbouring
+    // boundaries one after another), else from an even share of what is left.
+    const int guess = a + (greedy_length_[q] > 0 ? greedy_length_[q] : (layers_ - a) / (p_.ranks - q));
+    const int best = LargestTrue(lo, last_end, guess, [&](int e) { return RelaxedBound(q, a, e, head, tail) < cutoff; });
+    if (best < lo) return false;
+    greedy_length_[q] = best - a;
+    if (ends != nullptr) (*ends)[q] = best;
+    if (q + 1 < p_.ranks) {
+      const double message = min_output_from_[first];
+      head += table_.ForwardMs(a, best) + links_[q][q + 1].TransferMs(message);
+      tail += (split_ ? table_.BackwardMs(a, best) - table_.WeightMs(a, best) : table_.BackwardMs(a, best)) +
+              links_[q + 1][q].TransferMs(message);
+    }
+    a = best;
+  }
+  return true;
+}
+
+void ContiguousSearch::SeedIncumbent() {
+  std::vector<int> ends(p_.ranks);
+  const std::optional<Bracket> b = RelaxedThreshold();
+  if (!b) return;  // nothing fits even relaxed
+  RemainderFits(0, 0, 0, 0, b->hi, &ends);
+  int a = 0;
+  for (int q = 0; q < p_.ranks; ++q) {
+    LayerTable::StageBuilder builder(table_, a);
+    while (builder.end() < ends[q]) builder.Extend();
+    const std::optional<StageCost> c = Fit(q, builder);
+    if (!c) return;
+    ends_[q] = ends[q];
+    remat_[q] = c->remat;
+    a = ends[q];
+  }
+  Leaf();
+}
+
+std::optional<Bracket> ContiguousSearch::RelaxedThreshold() const {
+  return Threshold(1.0, [&](double cutoff) { return RemainderFits(0, 0, 0, 0, cutoff, nullptr); });
+}
+
+void ContiguousSearch::Dfs(int q, int a, double head, double tail, double bound) {
+  if (!CountNode()) return;
+  const bool last = q == p_.ranks - 1;
+  const int max_end = layers_ - (p_.ranks - 1 - q);
+  LayerTable::StageBuilder builder(table_, a);
+  for (int e = a + 1; e <= max_end && !OutOfBudget(); ++e) {
+    builder.Extend();
+    if (last && e < max_end) continue;
+    // The ranks after q share at least the work of layers [e, L): too much of it, and a
+    // longer stage is needed (exact: RemainderFits would refuse it too, at more cost).
+    if (!last && RemainderAverage(q + 1, e) >= Cutoff()) continue;
+    const std::optional<StageCost> c = Fit(q, builder);
+    if (!c) {
+      // Memory only grows with the stage (up to its small buffers): stop once even the
+      // relaxed memory test fails.
+      if (RelaxedBound(q, a, e, 0, 0) == kInfinity) break;
+      continue;
+    }
+    // Without remat the bound only grows with e: once it reaches the best, stop.
+    const double params = table_.ParamBytes(a, e);
+    if (StageBound(q, builder.Cost(false), head, tail, params) >= Cutoff()) break;
+    const double node_bound = std::max({bound, StageBound(q, *c, head, tail, params), GpipeBound(q, *c, e)});
+    if (node_bound >= Cutoff()) continue;
+    ends_[q] = e;
+    remat_[q] = c->remat;
+    const double saved_max_forward = max_forward_, saved_max_backward = max_backward_, saved_recompute = recompute_;
+    max_forward_ = std::max(max_forward_, c->forward_ms);
+    max_backward_ = std::max(max_backward_, c->backward_ms + c->recompute_ms());
+    recompute_ += c->recompute_ms();
+    if (last) {
+      Leaf();
+      continue;
+    }
+    const double message = c->output_bytes;
+    const double next_head = head + c->forward_ms + links_[q][q + 1].TransferMs(message);
+    const double next_tail = tail + (split_ ? c->recompute_ms() + c->backward_input_ms : c->recompute_ms() + c->backward_ms) +
+                             links_[q + 1][q].TransferMs(message);
+    if (RemainderFits(q + 1, e, next_head, next_tail, Cutoff(), nullptr)) Dfs(q + 1, e, next_head, next_tail, node_bound);
+    max_forward_ = saved_max_forward;
+    max_backward_ = saved_max_backward;
+    recompute_ = saved_recompute;
+  }
+}
+
+double ContiguousSearch::GpipeBound(int q, const StageCost& c, int e) const {
+  if (p_.schedule != ScheduleKind::kGpipe) return 0.0;
+  const int rest = p_.ranks - 1 - q;
+  double forward = std::max(max_forward_, c.forward_ms);
+  double backward = std::max(max_backward_, c.backward_ms + c.recompute_ms());
+  if (rest > 0) {
+    forward = std::max(forward, table_.ForwardMs(e, layers_) / rest);
+    backward = std::max(backward, table_.BackwardMs(e, layers_) / rest);
+  }
+  return total_forward_ + total_backward_ + recompute_ + c.recompute_ms() + (p_.microbatches - 1) * (forward + backward);
+}
+
+}  // namespace gpipe::partition_internal

@@ -1,0 +1,134 @@
+#include "planner/interleaved_search.h"
+
+#include <algorithm>
+
+#include "planner/bisection.h"
+#include "planner/remat_choices.h"
+
+namespace gpipe::partition_internal {
+
+double InterleavedSearch::RootBound() const {
+  double heaviest = 0;
+  for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, table_.ForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
+  return p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
+}
+
+Expected<PartitionResult> InterleavedSearch::Run() {
+  UseShape();
+  best_ = p_.cutoff_ms;
+  const double root = RootBound();
+  SeedIncumbent();
+  Dfs(0, 0);
+  return Finish(root);
+}
+
+void InterleavedSearch::Dfs(int s, int a) {
+  if (!CountNode()) return;
+  const int rank = s % p_.ranks;
+  const bool last = s == stages_ - 1;
+  const int max_end = layers_ - (stages_ - 1 - s);
+  const double m = p_.microbatches;
+  const double average = m * (total_forward_ + total_backward_) / p_.ranks;
+  for (int e = a + 1; e <= max_end && !OutOfBudget(); ++e) {
+    if (last && e < max_end) continue;
+    ends_[s] = e;
+    const double work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
+    if (s + 1 < p_.ranks) {
+      head_[s + 1] = head_[s] + table_.ForwardMs(a, e);
+      tail_[s + 1] = tail_[s] + table_.BackwardMs(a, e);
+    }
+    const double static_bytes = table_.StaticBytes(a, e);
+    const double activation = table_.ActivationBytes(a, e);
+    // A tied parameter in this chunk and an earlier one of the rank is held once.
+    const double shared = table_.has_tied_parameters() ? table_.SharedStaticBytes(RankLayers(rank, s, a, e)) : 0.0;
+    // (prefix sums may round above the exact sums: allow for it before giving up)
+    if (rank_static_[rank] + static_bytes - shared + std::max(rank_activation_[rank], activation) > Limit() * (1 + 1e-12)) {
+      break;  // grows with e
+    }
+    rank_work_[rank] += work;
+    rank_static_[rank] += static_bytes;
+    const double previous_activation = rank_activation_[rank];
+    rank_activation_[rank] = std::max(previous_activation, activation);
+    double bound = average;
+    for (int r = 0; r < p_.ranks && r <= s; ++r) bound = std::max(bound, head_[r] + m * rank_work_[r] + tail_[r]);
+    if (bound < Cutoff()) {
+      if (s >= stages_ - p_.ranks) {
+        CompleteRank(rank, s, last);
+      } else {
+        Dfs(s + 1, e);
+      }
+    }
+    rank_work_[rank] -= work;
+    rank_static_[rank] -= static_bytes;
+    rank_activation_[rank] = previous_activation;
+    if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
+  }
+}
+
+LayerRanges InterleavedSearch::RankLayers(int rank, int s, int a, int e) const {
+  LayerRanges ranges;
+  for (int t = rank; t < s; t += p_.ranks) ranges.emplace_back(t == 0 ? 0 : ends_[t - 1], ends_[t]);
+  ranges.emplace_back(a, e);
+  return ranges;
+}
+
+void InterleavedSearch::SeedIncumbent() {
+  const auto split = [&](double cap, std::vector<int>* ends) {
+    int a = 0;
+    for (int t = 0; t < stages_; ++t) {
+      const int last_end = layers_ - (stages_ - 1 - t);
+      int e = a + 1;
+      while (e < last_end && table_.ForwardMs(a, e + 1) + table_.BackwardMs(a, e + 1) <= cap) ++e;
+      if (t == stages_ - 1) e = layers_;
+      if (table_.ForwardMs(a, e) + table_.BackwardMs(a, e) > cap) return false;
+      if (ends != nullptr) (*ends)[t] = e;
+      a = e;
+    }
+    return true;
+  };
+  const std::optional<Bracket> b = Threshold(total_forward_ + total_backward_, [&](double cap) { return split(cap, nullptr); });
+  std::vector<int> ends(stages_);
+  if (!b || !split(b->hi, &ends)) return;
+  ends_ = ends;
+  for (int r = 0; r < p_.ranks; ++r) CompleteRank(r, stages_ - p_.ranks + r, false, /*seed=*/true);
+  Leaf();
+}
+
+void InterleavedSearch::CompleteRank(int rank, int s, bool last, bool seed) {
+  std::vector<StageCost> costs(p_.chunks);
+  std::vector<int> firsts(stages_, 0);
+  for (int t = 1; t <= s; ++t) firsts[t] = ends_[t - 1];
+  std::vector<int> fitting;
+  for (int mask = 0; mask < (1 << p_.chunks); ++mask) {
+    if (!RematSetAllowed(p_.remat, mask, p_.chunks)) continue;
+    bool has_fitting_subset = false;
+    for (int other : fitting) has_fitting_subset = has_fitting_subset || (other & mask) == other;
+    if (has_fitting_subset) continue;
+    std::vector<const StageCost*> pointers;
+    double static_bytes = 0;
+    LayerRanges ranges;
+    for (int c = 0; c < p_.chunks; ++c) {
+      const int t = c * p_.ranks + rank;
+      costs[c] = table_.Stage(firsts[t], ends_[t], (mask >> c) & 1);
+      static_bytes += costs[c].static_bytes;
+      pointers.push_back(&costs[c]);
+      if (table_.has_tied_parameters()) ranges.emplace_back(firsts[t], ends_[t]);
+    }
+    // As BuildCostModel: a tied parameter in several chunks of the rank is held once.
+    static_bytes -= table_.SharedStaticBytes(ranges);
+    if (static_bytes + Peak(rank, pointers.data()) <= Limit()) fitting.push_back(mask);
+  }
+  if (seed && !fitting.empty()) fitting.resize(1);
+  for (int mask : fitting) {
+    if (OutOfBudget()) return;
+    for (int c = 0; c < p_.chunks; ++c) remat_[c * p_.ranks + rank] = (mask >> c) & 1;
+    if (seed) return;
+    if (last) {
+      Leaf();
+    } else {
+      Dfs(s + 1, ends_[s]);
+    }
+  }
+}
+
+}  // namespace gpipe::partition_internal

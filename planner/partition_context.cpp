@@ -1,0 +1,49 @@
+#include "planner/partition_context.h"
+
+#include <algorithm>
+
+#include "core/schedule/generators.h"
+
+namespace gpipe::partition_internal {
+
+PartitionContext::PartitionContext(const PartitionProblem& problem)
+    : p_(problem),
+      calibration_(EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer)),
+      table_(*problem.profile, static_cast<double>(problem.global_batch) /
+                                   (static_cast<double>(problem.replicas) * problem.microbatches) /
+                                   static_cast<double>(problem.profile->microbatch_size),
+             problem.optimizer, calibration_ ? &*calibration_ : nullptr,
+             RanksPerNode(*problem.cluster, problem.ranks * problem.replicas)),
+      skeleton_(PlanSkeleton(problem)),
+      layers_(table_.num_layers()),
+      stages_(problem.ranks * problem.chunks),
+      split_(problem.schedule == ScheduleKind::kZbH1) {
+  const int ranks = p_.ranks;
+  forwards_first_.assign(ranks, 0);
+  in_flight_.assign(ranks, 0);
+  if (p_.chunks == 1) {
+    for (int r = 0; r < ranks; ++r) {
+      forwards_first_[r] = ForwardsBeforeFirstBackward(p_.schedule, ranks, p_.microbatches, r);
+      in_flight_[r] = MaxInFlight(p_.schedule, ranks, p_.microbatches, r);
+    }
+  }
+  links_.assign(ranks, std::vector<Link>(ranks));
+  for (int from = 0; from < ranks; ++from) {
+    for (int to = 0; to < ranks; ++to) {
+      links_[from][to] = p_.cluster->LinkBetween(Device(0, from), Device(0, to));
+    }
+  }
+  rings_.resize(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    std::vector<int> devices;
+    for (int d = 0; d < p_.replicas; ++d) devices.push_back(Device(d, r));
+    rings_[r] = RingOf(*p_.cluster, devices);
+  }
+  min_output_from_.assign(layers_ + 1, kInfinity);
+  for (int l = layers_ - 2; l >= 0; --l) min_output_from_[l] = std::min(min_output_from_[l + 1], table_.OutputBytes(l));
+  total_forward_ = table_.ForwardMs(0, layers_);
+  total_backward_ = table_.BackwardMs(0, layers_);
+  total_input_gradient_ = total_backward_ - table_.WeightMs(0, layers_);
+}
+
+}  // namespace gpipe::partition_internal

@@ -1,0 +1,80 @@
+// What the partition searches and the least-memory dynamic program of one PartitionProblem share:
+// the problem's layer table and calibration, the per-rank tables the bounds read (links between
+// the ranks of a pipeline, each rank's all-reduce ring, forwards before the first backward, the
+// most micro-batches in flight), whole-model totals, and the schedule's shape (its evaluator and
+// memory frontiers, from the problem's ShapeCache or one owned here).
+//
+// Internal to the planner (partition.cpp and the units it calls); one per search, one thread.
+#pragma once
+
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "core/calibration.h"
+#include "core/plan.h"
+#include "planner/partition.h"
+#include "planner/shape_cache.h"
+#include "simulator/cost_model.h"
+#include "simulator/layer_table.h"
+#include "simulator/memory_model.h"
+#include "simulator/step_evaluator.h"
+
+namespace gpipe::partition_internal {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+class PartitionContext {
+ public:
+  /// REQUIRES: the problem passed CheckProblem (partition.cpp).
+  explicit PartitionContext(const PartitionProblem& problem);
+  PartitionContext(const PartitionContext&) = delete;
+  PartitionContext& operator=(const PartitionContext&) = delete;
+
+ protected:
+  double Limit() const { return p_.memory_limit_bytes; }
+  int Device(int replica, int rank) const { return DeviceOf(p_.placement, p_.ranks, p_.replicas, replica, rank); }
+  // Sets shape_ and evaluator_ (bounds need no schedule; the searches and the program do).
+  // REQUIRES: the problem's schedule generates.
+  void UseShape() {
+    shape_ = &(p_.shapes != nullptr ? *p_.shapes : own_shapes_).For(p_.schedule, p_.ranks, p_.chunks, p_.microbatches);
+    evaluator_ = &shape_->evaluator();
+  }
+  // What rank `rank` does after its last action when it holds `param_bytes` of parameters: its
+  // all-reduce, then its calibrated tail.
+  double AfterLastActionMs(int rank, double param_bytes) const {
+    const double tail = calibration_ ? calibration_->TailMs(param_bytes) : 0.0;
+    return (p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0) + tail;
+  }
+  // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
+  // REQUIRES: UseShape.
+  double Peak(int rank, const StageCost* const* costs) const {
+    return shape_->Frontier(rank).PeakDynamicBytes(costs);
+  }
+
+  const PartitionProblem& p_;
+  std::optional<Calibration> calibration_;  // the cluster's, or the profile's measured step costs
+  LayerTable table_;
+  // The plan with no stages (Leaf rewrites its stages in place; its profile is not copied per leaf).
+  Plan skeleton_;
+  // Set by UseShape; own_shapes_ serves when the problem brings no ShapeCache.
+  ShapeCache own_shapes_;
+  ShapeData* shape_ = nullptr;
+  const StepEvaluator* evaluator_ = nullptr;
+  int layers_;
+  int stages_;
+  bool split_;  // zb-h1: the backward splits into input and weight gradients
+  // One stage per rank only (zero when interleaved): each rank's forwards before its first
+  // backward, and the most micro-batches it holds in flight.
+  std::vector<int> forwards_first_;
+  std::vector<int> in_flight_;
+  std::vector<std::vector<Link>> links_;  // links_[from][to] between the ranks of pipeline 0
+  std::vector<Ring> rings_;  // each rank's all-reduce ring over the replicas
+  // min_output_from_[l]: the smallest message a boundary after layer l or later can carry.
+  std::vector<double> min_output_from_;
+  double total_forward_ = 0;
+  double total_backward_ = 0;
+  double total_input_gradient_ = 0;
+};
+
+}  // namespace gpipe::partition_internal

@@ -1,0 +1,18 @@
+// The least-memory partition of one stage per rank: a dynamic program over (rank, first layer)
+// with the simulator's own memory peaks, exact (checked against brute force in
+// tests/planner). What the tightest memory budget must hold (LeastMemoryPartition, partition.h).
+#pragma once
+
+#include "planner/partition_context.h"
+
+namespace gpipe::partition_internal {
+
+class StageDp : public PartitionContext {
+ public:
+  // REQUIRES: the problem passed CheckProblem, with one stage per rank, and its schedule generates.
+  explicit StageDp(const PartitionProblem& problem) : PartitionContext(problem) {}
+
+  LeastMemoryResult Run();
+};
+
+}  // namespace gpipe::partition_internal
