@@ -95,7 +95,7 @@ class ValidateCommand : public Command {
     std::vector<RematPolicy> remat;
     for (const std::string& name : remat_) {
       Expected<RematPolicy> policy = ParseRematPolicy(name);
-      if (!policy.ok() || *policy == RematPolicy::kAuto) {
+      if (!policy.ok() || (*policy != RematPolicy::kOff && *policy != RematPolicy::kOn)) {
         return Status::Usage("--remat: \"" + name + "\" is not off or on");
       }
       remat.push_back(*policy);

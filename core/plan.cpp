@@ -102,6 +102,16 @@ Status ValidateStages(const Plan& plan, const std::string& where) {
       return Status::Invalid(at + ": " + range + " runs past the profile's " +
                              std::to_string(num_layers) + " layers");
     }
+    if (stage.remat_layers < 0 || stage.remat_layers > stage.num_layers()) {
+      return Status::Invalid(stages + "[" + std::to_string(s) + "].remat_layers: " +
+                             std::to_string(stage.remat_layers) + " is not between 1 and the stage's " +
+                             std::to_string(stage.num_layers()) + " layers " + range);
+    }
+    if (stage.remat_layers > 0 && !stage.remat) {
+      return Status::Invalid(stages + "[" + std::to_string(s) + "].remat_layers: " +
+                             std::to_string(stage.remat_layers) +
+                             " layers recompute, but the stage says \"remat\": false; drop one of the two");
+    }
     expected_first = stage.end_layer;
   }
   if (expected_first != num_layers) {
@@ -298,6 +308,12 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
     }
     stage.rank = static_cast<int>(s.Integer("rank", 0, 1 << 20));
     stage.remat = s.OptionalBool("remat", false);
+    if (s.Has("remat_layers")) {
+      // "remat_layers": n alone means remat of the first n layers; n = all of them is plain remat.
+      stage.remat_layers = static_cast<int>(s.Integer("remat_layers", 1, kMaxLayers));
+      if (!s.Has("remat")) stage.remat = true;
+      if (stage.remat && stage.remat_layers == stage.num_layers()) stage.remat_layers = 0;
+    }
     r.Fail(s.status());
     plan.stages.push_back(stage);
   }
@@ -327,9 +343,11 @@ nlohmann::json PlanToJson(const Plan& plan) {
   json["optimizer"] = OptimizerName(plan.optimizer);
   nlohmann::json stages = nlohmann::json::array();
   for (const StagePlan& stage : plan.stages) {
-    stages.push_back({{"layers", {stage.first_layer, stage.end_layer}},
-                      {"rank", stage.rank},
-                      {"remat", stage.remat}});
+    nlohmann::json entry = {{"layers", {stage.first_layer, stage.end_layer}},
+                            {"rank", stage.rank},
+                            {"remat", stage.remat}};
+    if (stage.remat && stage.remat_layers > 0) entry["remat_layers"] = stage.remat_layers;
+    stages.push_back(std::move(entry));
   }
   json["stages"] = std::move(stages);
   return json;

@@ -56,9 +56,23 @@ struct StagePlan {
   int first_layer = 0;
   int end_layer = 0;
   int rank = 0;
+  /// The stage rematerializes: it keeps only what its recomputed layers need and recomputes
+  /// their forward at the start of each backward.
   bool remat = false;
+  /// With remat, only the stage's first `remat_layers` layers recompute (Megatron's
+  /// recompute_num_layers); the layers after them keep their activations. 0: all of them.
+  int remat_layers = 0;
 
   int num_layers() const { return end_layer - first_layer; }
+  /// How many of the stage's first layers recompute their forward in the backward: 0 without
+  /// remat, all of them with remat and no `remat_layers`.
+  int recomputed_layers() const { return !remat ? 0 : remat_layers > 0 ? remat_layers : num_layers(); }
+
+  /// Layers [first, end) on `rank`, the first `recomputed` of them recomputing (0: no remat; all:
+  /// plain remat).
+  static StagePlan Of(int first, int end, int rank, int recomputed) {
+    return {first, end, rank, recomputed > 0, recomputed > 0 && recomputed < end - first ? recomputed : 0};
+  }
 };
 
 struct Plan {

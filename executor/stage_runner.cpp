@@ -106,12 +106,12 @@ void StageRunner::RunStep(const Action& a, const WireStep& step) {
   }
 }
 
-Values StageRunner::RunLayers(StageSetup& stage, Values x, Values* boundaries) {
-  // The stage input is kept (for its gradient, or for the recompute) and the first stage's is
-  // the batch: a layer that may write into its input gets a copy.
-  if (!stage.layers.empty() && stage.layers.front()->MayWriteInput()) x = ClonedOf(x);
-  for (auto& layer : stage.layers) {
-    x = layer->Apply(x);
+Values StageRunner::RunLayers(StageSetup& stage, size_t begin, size_t end, Values x, Values* boundaries) {
+  // The input is kept (for its gradient, or for the recompute; a leaf, past recomputed layers)
+  // and the first stage's is the batch: a layer that may write into its input gets a copy.
+  if (begin < end && stage.layers[begin]->MayWriteInput()) x = ClonedOf(x);
+  for (size_t l = begin; l < end; ++l) {
+    x = stage.layers[l]->Apply(x);
     if (boundaries != nullptr) boundaries->insert(boundaries->end(), x.begin(), x.end());
   }
   return x;
@@ -148,25 +148,33 @@ void StageRunner::Forward(const Action& a) {
   }
   if (x.empty()) throw std::logic_error("no input for " + ActionToText(a));
   Values out;
-  if (stage.remat) {
+  const size_t layers = stage.layers.size();
+  const bool whole_remat = stage.recomputed > 0 && !stage.partial_remat();
+  if (stage.recomputed > 0) {
     m.rng_state = SaveRng(config_.device);
-    torch::NoGradGuard no_grad;
-    out = RunLayers(stage, x, nullptr);
+    {
+      torch::NoGradGuard no_grad;
+      out = RunLayers(stage, 0, static_cast<size_t>(stage.recomputed), x, nullptr);
+    }
     m.input = DetachedOf(x);
+    if (stage.partial_remat()) {
+      m.tail_input = LeavesOf(out);
+      out = RunLayers(stage, static_cast<size_t>(stage.recomputed), layers, m.tail_input, nullptr);
+    }
   } else {
     if (!IsFirst(a.stage)) x = LeavesOf(x);
     m.input = x;
-    out = RunLayers(stage, x, config_.split_backward && IsFirst(a.stage) ? &m.boundaries : nullptr);
+    out = RunLayers(stage, 0, layers, x, config_.split_backward && IsFirst(a.stage) ? &m.boundaries : nullptr);
   }
   if (IsLast(a.stage)) {
     torch::Tensor loss = LossOfOutputs(a, out);
     // Summed on the device and read once per step: an item() here would stall every micro-batch.
     const torch::Tensor l = loss.detach().to(torch::kDouble);
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + l : l;
-    if (!stage.remat) m.root = {loss * config_.loss_scale};
+    if (!whole_remat) m.root = {loss * config_.loss_scale};
     return;
   }
-  if (!stage.remat) m.root = out;
+  if (!whole_remat) m.root = out;
   if (IsLocal(a.stage + 1)) {
     MicroOf(a.stage + 1, a.microbatch).input = DetachedOf(out);
   } else {
@@ -177,16 +185,20 @@ void StageRunner::Forward(const Action& a) {
 Values StageRunner::PrepareBackward(const Action& a, bool keep_boundaries) {
   StageSetup& stage = Stage(a.stage);
   Micro& m = MicroOf(a.stage, a.microbatch);
-  if (stage.remat) {
+  if (stage.recomputed > 0) {
     marks_.recompute_start = clock_.Mark();
     torch::Tensor now_state = SaveRng(config_.device);
     RestoreRng(config_.device, *m.rng_state);
     Values x = IsFirst(a.stage) ? m.input : LeavesOf(m.input);
     m.input = x;
     m.boundaries.clear();
-    Values out = RunLayers(stage, x, keep_boundaries ? &m.boundaries : nullptr);
+    Values out = RunLayers(stage, 0, static_cast<size_t>(stage.recomputed), x, keep_boundaries ? &m.boundaries : nullptr);
     RestoreRng(config_.device, now_state);
-    m.root = IsLast(a.stage) ? Values{LossOfOutputs(a, out) * config_.loss_scale} : out;
+    if (stage.partial_remat()) {
+      m.recomputed = std::move(out);  // the root stays the later layers' outputs (or loss)
+    } else {
+      m.root = IsLast(a.stage) ? Values{LossOfOutputs(a, out) * config_.loss_scale} : out;
+    }
     marks_.recompute_end = clock_.Mark();
   }
   if (m.root.empty()) throw std::logic_error("backward before forward at " + ActionToText(a));
@@ -219,7 +231,11 @@ void StageRunner::HandBackInputGrad(const Action& a, Values grads) {
 void StageRunner::Backward(const Action& a) {
   const Values root = PrepareBackward(a, false);
   RunBackward(root, GradOutput(a));
-  HandBackInputGrad(a, IsFirst(a.stage) ? Values() : InputGradients(MicroOf(a.stage, a.microbatch).input));
+  Micro& m = MicroOf(a.stage, a.microbatch);
+  // Partial remat: the later layers' backward ended at their input leaves; the recomputed
+  // layers' runs on from there.
+  if (Stage(a.stage).partial_remat()) RunBackward(m.recomputed, InputGradients(m.tail_input));
+  HandBackInputGrad(a, IsFirst(a.stage) ? Values() : InputGradients(m.input));
   FinishBackward(a);
 }
 
@@ -245,15 +261,27 @@ void StageRunner::BackwardInput(const Action& a) {
   const Values root = PrepareBackward(a, /*keep_boundaries=*/first);
   const Values grad = GradOutput(a);
   Micro& m = MicroOf(a.stage, a.microbatch);
+  StageSetup& stage = Stage(a.stage);
   Values anchor_grads;
-  m.weight_pass = executor::BackwardInput(root, grad, first ? m.boundaries : m.input,
-                                          ParametersOf(Stage(a.stage).layers), &anchor_grads);
+  if (stage.partial_remat()) {
+    // The later layers' I stops at their input leaves; the recomputed layers' I goes on from
+    // there with the gradient it found. W runs both.
+    Values tail_grads;
+    m.tail_weight_pass = executor::BackwardInput(root, grad, m.tail_input, ParametersOf(stage.layers), &tail_grads);
+    m.weight_pass = executor::BackwardInput(m.recomputed, GradientMessage(m.tail_input, tail_grads),
+                                            first ? m.boundaries : m.input, ParametersOf(stage.layers), &anchor_grads);
+  } else {
+    m.weight_pass = executor::BackwardInput(root, grad, first ? m.boundaries : m.input, ParametersOf(stage.layers),
+                                            &anchor_grads);
+  }
   m.boundaries.clear();
   HandBackInputGrad(a, first ? Values() : GradientMessage(m.input, anchor_grads));
 }
 
 void StageRunner::BackwardWeight(const Action& a) {
-  MicroOf(a.stage, a.microbatch).weight_pass.Run();
+  Micro& m = MicroOf(a.stage, a.microbatch);
+  if (!m.tail_weight_pass.empty()) m.tail_weight_pass.Run();
+  m.weight_pass.Run();
   FinishBackward(a);
 }
 

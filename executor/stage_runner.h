@@ -6,6 +6,9 @@
 // What a micro-batch keeps on a stage between F and its backward:
 //   no remat: the stage input and the autograd graph of its forward (all activations);
 //   remat:    the stage input only (and the RNG state), the forward is recomputed at B or I;
+//   remat of the first n layers: the stage input, the tensors leaving layer n (as leaves) and
+//             the graph of the layers after them; at B or I the first n layers are recomputed,
+//             the rest's backward runs down to those leaves and theirs on from there;
 //   zb-h1:    I keeps the graph and the gradients arriving at each parameterised operation until
 //             W starts there (executor/split_backward.h), so that W computes weight gradients only.
 // Stages on the same rank (interleaved 1F1B with K = 1) hand tensors over in memory.
@@ -38,8 +41,13 @@ namespace gpipe::executor {
 
 struct StageSetup {
   int stage = 0;
-  bool remat = false;
+  /// How many of the stage's first layers recompute their forward in the backward (0: none; all
+  /// of them: the whole stage rematerializes).
+  int recomputed = 0;
   std::vector<std::unique_ptr<Layer>> layers;
+
+  /// Only some of its first layers recompute: the rest keep their graph.
+  bool partial_remat() const { return recomputed > 0 && recomputed < static_cast<int>(layers.size()); }
 };
 
 struct RunnerConfig {
@@ -101,6 +109,11 @@ class StageRunner {
     Values root;  // the stage outputs with their graph, or the scaled loss on the last stage
     Values boundaries;  // each layer's outputs (zb-h1, first stage: I's anchors)
     WeightPass weight_pass;  // what I left for W (zb-h1)
+    // Partial remat: the leaves the layers after the recomputed ones start from, the recomputed
+    // layers' outputs with their graph (from B or I on), and what I left for W of the later layers.
+    Values tail_input;
+    Values recomputed;
+    WeightPass tail_weight_pass;
     Values grad_output;  // one per floating-point output
     torch::Tensor to_send;  // a packed message (executor/shape_header.h)
     ShapeHeader to_send_shape;
@@ -139,7 +152,8 @@ class StageRunner {
   void FinishBackward(const Action& a);
   void ReleaseIfDone(int stage, int microbatch);
 
-  Values RunLayers(StageSetup& stage, Values x, Values* boundaries);
+  /// Runs the stage's layers [begin, end) on `x`, appending each one's outputs to `boundaries`.
+  Values RunLayers(StageSetup& stage, size_t begin, size_t end, Values x, Values* boundaries);
   torch::Tensor Target(int microbatch) const;
   /// The loss of the last stage's outputs (one tensor: the logits).
   torch::Tensor LossOfOutputs(const Action& a, const Values& out) const;

@@ -148,7 +148,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
     const StagePlan& sp = plan.stages[static_cast<size_t>(s)];
     auto layers = BuildLayers(model, sp.first_layer, sp.end_layer, options.device);
     if (!layers.ok()) return layers.status().WithContext(who);
-    stages.push_back({s, sp.remat, std::move(*layers)});
+    stages.push_back({s, sp.recomputed_layers(), std::move(*layers)});
     outcome.record.stages.push_back(s);
   }
   // Tied parameters: one tensor on this rank (its stages were built apart), and a sum of the

@@ -39,7 +39,8 @@ class BranchAndBound : public PartitionContext {
   Expected<PartitionResult> Finish(double root);
 
   std::vector<int> ends_ = std::vector<int>(stages_, 0);
-  std::vector<char> remat_ = std::vector<char>(stages_, 0);
+  // Per stage: how many of its first layers recompute (0: none).
+  std::vector<int> recomputed_ = std::vector<int>(stages_, 0);
   double best_ = kInfinity;
   PartitionResult result_;
 

@@ -21,12 +21,15 @@ Expected<PartitionResult> ContiguousSearch::Run() {
   return Finish(root);
 }
 
-std::optional<StageCost> ContiguousSearch::Fit(int q, const LayerTable::StageBuilder& builder) const {
-  for (bool remat : {false, true}) {
-    if (!RematAllowed(p_.remat, remat)) continue;
-    StageCost c = builder.Cost(remat);
+std::optional<ContiguousSearch::Fitted> ContiguousSearch::Fit(int q, const LayerTable::StageBuilder& builder) const {
+  // The fewer layers recompute, the shorter every backward (the step never falls when one
+  // grows): the first count that fits is the best.
+  const int length = builder.end() - builder.first();
+  for (int layers = 0; layers <= length; ++layers) {
+    if (!RecomputeAllowed(p_.remat, layers, length)) continue;
+    StageCost c = builder.CostRecomputing(layers);
     const StageCost* const only = &c;
-    if (c.static_bytes + Peak(q, &only) <= Limit()) return c;
+    if (c.static_bytes + Peak(q, &only) <= Limit()) return Fitted{c, layers};
   }
   return std::nullopt;
 }
@@ -54,6 +57,7 @@ double ContiguousSearch::StageBound(int q, const StageCost& c, double head, doub
 }
 
 double ContiguousSearch::RelaxedBound(int q, int a, int e, double head, double tail) const {
+  if (a == e) return 0.0;  // an empty stage (the relaxation allows them; see RemainderFits)
   const double forward = table_.ForwardMs(a, e);
   const double backward = table_.BackwardMs(a, e);
   const double activation = table_.ActivationBytes(a, e);
@@ -65,6 +69,8 @@ double ContiguousSearch::RelaxedBound(int q, int a, int e, double head, double t
     if (!RematAllowed(p_.remat, true)) return kInfinity;
     remat = true;
   }
+  // Whatever recomputes, a backward holds one micro-batch's activations at its start (those kept
+  // and those recomputed).
   if (remat && static_bytes + activation > Limit()) return kInfinity;
   StageCost c;
   c.forward_ms = forward;
@@ -72,6 +78,19 @@ double ContiguousSearch::RelaxedBound(int q, int a, int e, double head, double t
   c.backward_weight_ms = table_.WeightMs(a, e);
   c.backward_input_ms = backward - c.backward_weight_ms;
   c.remat = remat;
+  if (remat && p_.remat == RematPolicy::kAuto) {
+    // By layer: at least the first layers up to the first boundary p after which the layers'
+    // activations, stashed by every micro-batch in flight, fit (what a stage recomputing its
+    // first n layers stashes includes the activations of the rest). Bisection: they only shrink
+    // as p grows, and p = e always passes once static_bytes + activation fits.
+    int lo = a, hi = e;  // the layers [a, lo] do not pass; p = hi passes
+    while (hi - lo > 1) {
+      const int mid = lo + (hi - lo) / 2;
+      if (static_bytes + in_flight_[q] * table_.ActivationBytes(mid, e) <= Limit()) hi = mid; else lo = mid;
+    }
+    c.partial_remat = true;
+    c.remat_forward_ms = table_.ForwardMs(a, hi);
+  }
   return StageBound(q, c, head, tail, table_.ParamBytes(a, e));
 }
 
@@ -83,9 +102,13 @@ bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, dou
   const int first = a;  // every boundary still to place lies in [first, L - 1)
   for (; q < p_.ranks; ++q) {
     if (RemainderAverage(q, a) >= cutoff) return false;
-    const int last_end = layers_ - (p_.ranks - 1 - q);
-    if (a >= last_end) return false;
-    const int lo = q == p_.ranks - 1 ? last_end : a + 1;
+    // A rank may hold no layer here: with one layer at least per rank, a rank that took as much as
+    // it could would push a layer onto the next rank that a better partition gives to a later
+    // one (ranks differ in micro-batches in flight and in waits), and the greedy would miss
+    // partitions that pass. With empty stages allowed, the greedy's boundaries stay at or beyond
+    // those of any passing partition, rank by rank, and it is exact for the relaxation.
+    const int last_end = layers_;
+    const int lo = q == p_.ranks - 1 ? last_end : a;
     // Start from this rank's length in the last greedy (the search asks about neighbouring
     // boundaries one after another), else from an even share of what is left.
     const int guess = a + (greedy_length_[q] > 0 ? greedy_length_[q] : (layers_ - a) / (p_.ranks - q));
@@ -111,12 +134,14 @@ void ContiguousSearch::SeedIncumbent() {
   RemainderFits(0, 0, 0, 0, b->hi, &ends);
   int a = 0;
   for (int q = 0; q < p_.ranks; ++q) {
+    // The relaxation may leave a rank empty: give every stage a layer at least.
+    ends[q] = std::clamp(ends[q], a + 1, layers_ - (p_.ranks - 1 - q));
     LayerTable::StageBuilder builder(table_, a);
     while (builder.end() < ends[q]) builder.Extend();
-    const std::optional<StageCost> c = Fit(q, builder);
+    const std::optional<Fitted> c = Fit(q, builder);
     if (!c) return;
     ends_[q] = ends[q];
-    remat_[q] = c->remat;
+    recomputed_[q] = c->layers;
     a = ends[q];
   }
   Leaf();
@@ -137,20 +162,21 @@ void ContiguousSearch::Dfs(int q, int a, double head, double tail, double bound)
     // The ranks after q share at least the work of layers [e, L): too much of it, and a
     // longer stage is needed (exact: RemainderFits would refuse it too, at more cost).
     if (!last && RemainderAverage(q + 1, e) >= Cutoff()) continue;
-    const std::optional<StageCost> c = Fit(q, builder);
-    if (!c) {
+    const std::optional<Fitted> fitted = Fit(q, builder);
+    if (!fitted) {
       // Memory only grows with the stage (up to its small buffers): stop once even the
       // relaxed memory test fails.
       if (RelaxedBound(q, a, e, 0, 0) == kInfinity) break;
       continue;
     }
     // Without remat the bound only grows with e: once it reaches the best, stop.
+    const StageCost* const c = &fitted->cost;
     const double params = table_.ParamBytes(a, e);
     if (StageBound(q, builder.Cost(false), head, tail, params) >= Cutoff()) break;
     const double node_bound = std::max({bound, StageBound(q, *c, head, tail, params), GpipeBound(q, *c, e)});
     if (node_bound >= Cutoff()) continue;
     ends_[q] = e;
-    remat_[q] = c->remat;
+    recomputed_[q] = fitted->layers;
     const double saved_max_forward = max_forward_, saved_max_backward = max_backward_, saved_recompute = recompute_;
     max_forward_ = std::max(max_forward_, c->forward_ms);
     max_backward_ = std::max(max_backward_, c->backward_ms + c->recompute_ms());

@@ -1,7 +1,8 @@
 // The exact partition search for one stage per rank (gpipe, 1f1b, zb-h1): a depth-first branch
 // and bound over the stage boundaries, rank 0's stage first (see partition.h for what it proves).
-//   - remat: a stage rematerializes only when it does not fit without (step time never falls
-//     when a stage recomputes, and a stage's memory does not depend on other stages' remat);
+//   - remat: a stage recomputes only when it does not fit without, and then (by layer, under
+//     auto) the fewest of its first layers that make it fit (step time never falls when a stage
+//     recomputes more, and a stage's memory does not depend on other stages' remat);
 //   - bounds: every rank r needs head_r + M x work_r + tail_r (its first forward waits for the
 //     stages before it, its last backward feeds them), a rank cannot start its first backward
 //     before micro-batch 0 went all the way and back, and the all-reduce follows a rank's last
@@ -32,8 +33,14 @@ class ContiguousSearch : public BranchAndBound {
   Expected<PartitionResult> Run();
 
  private:
-  // The cheapest remat choice that fits rank q, or nullopt.
-  std::optional<StageCost> Fit(int q, const LayerTable::StageBuilder& builder) const;
+  // A stage's cost with the remat Fit chose: how many of its first layers recompute.
+  struct Fitted {
+    StageCost cost;
+    int layers = 0;
+  };
+  // The cheapest remat choice that fits rank q (the fewest recomputed layers the policy
+  // allows), or nullopt.
+  std::optional<Fitted> Fit(int q, const LayerTable::StageBuilder& builder) const;
   // Lower bounds on the step given stage q's cost and what precedes it.
   double StageBound(int q, const StageCost& c, double head, double tail, double param_bytes) const;
   // The relaxed bound for rank q holding [a, e): prefix sums, no buffers, remat's stash free.

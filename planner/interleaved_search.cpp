@@ -121,7 +121,10 @@ void InterleavedSearch::CompleteRank(int rank, int s, bool last, bool seed) {
   if (seed && !fitting.empty()) fitting.resize(1);
   for (int mask : fitting) {
     if (OutOfBudget()) return;
-    for (int c = 0; c < p_.chunks; ++c) remat_[c * p_.ranks + rank] = (mask >> c) & 1;
+    for (int c = 0; c < p_.chunks; ++c) {
+      const int t = c * p_.ranks + rank;
+      recomputed_[t] = ((mask >> c) & 1) != 0 ? ends_[t] - firsts[t] : 0;
+    }
     if (seed) return;
     if (last) {
       Leaf();

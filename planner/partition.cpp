@@ -22,8 +22,8 @@ using partition_internal::InterleavedSearch;
 using partition_internal::kInfinity;
 using partition_internal::StageDp;
 
-constexpr NameTable<RematPolicy, 3> kRematNames = {{
-    {RematPolicy::kOff, "off"}, {RematPolicy::kOn, "on"}, {RematPolicy::kAuto, "auto"}}};
+constexpr NameTable<RematPolicy, 4> kRematNames = {{
+    {RematPolicy::kOff, "off"}, {RematPolicy::kOn, "on"}, {RematPolicy::kAuto, "auto"}, {RematPolicy::kStages, "stages"}}};
 
 }  // namespace
 

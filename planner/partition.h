@@ -30,7 +30,11 @@ namespace gpipe {
 
 class ShapeCache;
 
-enum class RematPolicy { kOff, kOn, kAuto };
+/// Which stages recompute their forward in the backward: off, none; on, every stage all its
+/// layers; stages, a stage all its layers or none, only where it does not fit otherwise; auto, by
+/// layer: a stage's first n layers, the fewest that make it fit (one stage per rank; interleaved
+/// chunks as under stages).
+enum class RematPolicy { kOff, kOn, kAuto, kStages };
 const char* RematPolicyName(RematPolicy policy);
 Expected<RematPolicy> ParseRematPolicy(const std::string& name);
 

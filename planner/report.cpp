@@ -28,6 +28,12 @@ int RematStages(const Plan& plan) {
   return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(), [](const StagePlan& s) { return s.remat; }));
 }
 
+// Stages where only the first layers recompute.
+int PartialRematStages(const Plan& plan) {
+  return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(),
+                                        [](const StagePlan& s) { return s.remat && s.remat_layers > 0; }));
+}
+
 // Simulates `plan` (it is valid: the planner made it).
 SimResult Simulated(const Plan& plan, CostModel* costs) {
   *costs = *BuildCostModel(plan);
@@ -71,7 +77,11 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
   out += "best plan: " + Shape(best.plan) + ", K=" + std::to_string(best.plan.num_ranks()) +
          " ranks x D=" + std::to_string(best.plan.replicas) + " replicas (" +
          PlacementName(best.plan.placement) + "), remat on " + std::to_string(RematStages(best.plan)) + " of " +
-         std::to_string(best.plan.num_stages()) + " stages\n";
+         std::to_string(best.plan.num_stages()) + " stages" +
+         (PartialRematStages(best.plan) > 0
+              ? " (" + std::to_string(PartialRematStages(best.plan)) + " of them only their first layers)"
+              : std::string()) +
+         "\n";
   out += FormatSimSummary(best.plan, costs, sim);
   out += "\nalternatives (none is both faster and smaller than another; within 25% of the best):\n";
   out += "  " + Pad("step", 11) + Pad("samples/s", 10) + Pad("bubble", 7) + Pad("peak memory", 12) +

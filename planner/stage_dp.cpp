@@ -10,11 +10,11 @@ namespace gpipe::partition_internal {
 LeastMemoryResult StageDp::Run() {
   UseShape();
   const int ranks = p_.ranks;
-  // need[q][a]: the least largest peak of ranks q.. holding layers [a, L); end/remat: the
+  // need[q][a]: the least largest peak of ranks q.. holding layers [a, L); end/recomputed: the
   // stage of rank q that achieves it.
   std::vector<std::vector<double>> need(ranks + 1, std::vector<double>(layers_ + 1, kInfinity));
   std::vector<std::vector<int>> end(ranks, std::vector<int>(layers_ + 1, -1));
-  std::vector<std::vector<char>> remat(ranks, std::vector<char>(layers_ + 1, 0));
+  std::vector<std::vector<int>> recomputed(ranks, std::vector<int>(layers_ + 1, 0));
   need[ranks][layers_] = 0;
   for (int q = ranks - 1; q >= 0; --q) {
     const int max_end = layers_ - (ranks - 1 - q);
@@ -27,15 +27,16 @@ LeastMemoryResult StageDp::Run() {
         if (table_.StaticBytes(a, e) * (1 - 1e-12) >= need[q][a]) break;
         const double rest = need[q + 1][e];
         if (rest >= need[q][a]) continue;
-        for (bool with_remat : {false, true}) {
-          if (!RematAllowed(p_.remat, with_remat)) continue;
-          const StageCost c = builder.Cost(with_remat);
+        const int length = e - a;
+        for (int layers = 0; layers <= length; ++layers) {
+          if (!RecomputeAllowed(p_.remat, layers, length)) continue;
+          const StageCost c = builder.CostRecomputing(layers);
           const StageCost* const only = &c;
           const double peak = std::max(rest, c.static_bytes + Peak(q, &only));
           if (peak < need[q][a]) {
             need[q][a] = peak;
             end[q][a] = e;
-            remat[q][a] = with_remat;
+            recomputed[q][a] = layers;
           }
         }
       }
@@ -45,7 +46,7 @@ LeastMemoryResult StageDp::Run() {
   out.plan = skeleton_;
   out.peak_bytes = need[0][0];
   for (int q = 0, a = 0; q < ranks; ++q) {
-    out.plan.stages.push_back({a, end[q][a], q, static_cast<bool>(remat[q][a])});
+    out.plan.stages.push_back(StagePlan::Of(a, end[q][a], q, recomputed[q][a]));
     a = end[q][a];
   }
   return out;

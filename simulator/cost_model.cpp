@@ -60,7 +60,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                                "measures it; or choose --schedule 1f1b)");
       }
     }
-    model.stages.push_back(table.Stage(stage.first_layer, stage.end_layer, stage.remat));
+    model.stages.push_back(table.Stage(stage));
   }
   // Plan::DeviceOf recounts the ranks on every call; count them once here.
   const int ranks = plan.num_ranks();

@@ -28,7 +28,16 @@ struct StageCost {
   /// The split backward of zero-bubble schedules: input gradient and weight gradient.
   double backward_input_ms = 0;
   double backward_weight_ms = 0;
+  /// The stage recomputes a forward in its backward: all its layers', or with `partial_remat`
+  /// only its first layers'.
   bool remat = false;
+  /// Only the stage's first layers recompute (StagePlan::remat_layers); what they cost:
+  bool partial_remat = false;
+  /// their forward, the activations they keep without remat, and the tensor leaving the last of
+  /// them (the input of the layers that keep their activations, held with those).
+  double remat_forward_ms = 0;
+  double remat_activation_bytes = 0;
+  double remat_boundary_bytes = 0;
   /// Kept for backward per micro-batch without remat (the sum over the stage's layers).
   double activation_bytes = 0;
   /// The stage's input per micro-batch: all that a remat stage keeps.
@@ -53,10 +62,16 @@ struct StageCost {
 
   /// Kept from the forward until the backward: the activations and the stage's input, which the
   /// first layer's graph holds (a profile's activation_bytes counts what a layer allocates, not
-  /// its input); under remat only the input.
-  double stash_bytes() const { return remat ? input_bytes : activation_bytes + input_bytes; }
+  /// its input); under remat only the input; under partial remat the input, the boundary tensor
+  /// and the activations of the layers after it.
+  double stash_bytes() const {
+    if (!remat) return activation_bytes + input_bytes;
+    return partial_remat ? input_bytes + remat_boundary_bytes + (activation_bytes - remat_activation_bytes) : input_bytes;
+  }
   /// The forward pass recomputed before a backward (0 without remat).
-  double recompute_ms() const { return remat ? forward_ms : 0.0; }
+  double recompute_ms() const { return !remat ? 0.0 : partial_remat ? remat_forward_ms : forward_ms; }
+  /// The activations that recompute brings back for one micro-batch's backward (0 without remat).
+  double recomputed_bytes() const { return !remat ? 0.0 : partial_remat ? remat_activation_bytes : activation_bytes; }
 };
 
 /// Whether action `op` of a stage costing `c` recomputes the stage's forward first: a full or

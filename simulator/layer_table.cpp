@@ -92,11 +92,18 @@ void LayerTable::StageBuilder::Extend() {
   ++end_;
 }
 
-StageCost LayerTable::StageBuilder::Cost(bool remat) const {
+StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
   const double time = table_->time_scale_;
   const double forward_overhead = table_->forward_overhead_ms_, backward_overhead = table_->backward_overhead_ms_;
   StageCost c;
-  c.remat = remat;
+  c.remat = layers > 0;
+  if (layers > 0 && layers < end_ - first_) {
+    const int boundary = first_ + layers;
+    c.partial_remat = true;
+    c.remat_forward_ms = table_->ForwardMs(first_, boundary) + forward_overhead;
+    c.remat_activation_bytes = table_->ActivationBytes(first_, boundary);
+    c.remat_boundary_bytes = table_->OutputBytes(boundary - 1);
+  }
   c.forward_ms = forward_ * time + forward_overhead;
   c.backward_ms = backward_ * time + backward_overhead;
   c.backward_weight_ms = weight_ * time + backward_overhead;
@@ -114,6 +121,12 @@ StageCost LayerTable::StageBuilder::Cost(bool remat) const {
     c.split_backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
   }
   return c;
+}
+
+StageCost LayerTable::Stage(const StagePlan& stage) const {
+  StageBuilder builder(*this, stage.first_layer);
+  while (builder.end() < stage.end_layer) builder.Extend();
+  return builder.CostRecomputing(stage.recomputed_layers());
 }
 
 StageCost LayerTable::Stage(int first, int end, bool remat) const {

@@ -26,6 +26,8 @@ class LayerTable {
 
   /// The exact cost of layers [first, end) as one stage. REQUIRES: 0 <= first < end <= L.
   StageCost Stage(int first, int end, bool remat) const;
+  /// The exact cost of a plan's stage, its remat (whole or of its first layers) included.
+  StageCost Stage(const StagePlan& stage) const;
 
   /// Accumulates a stage layer by layer: Stage(first, end) == builder after Extend()ing end-first times.
   class StageBuilder {
@@ -35,7 +37,10 @@ class LayerTable {
     void Extend();
     int first() const { return first_; }
     int end() const { return end_; }
-    StageCost Cost(bool remat) const;
+    StageCost Cost(bool remat) const { return CostRecomputing(remat ? end_ - first_ : 0); }
+    /// The cost when the stage's first `layers` layers recompute their forward in the backward
+    /// (0: none; all of them: plain remat). REQUIRES: 0 <= layers <= end() - first().
+    StageCost CostRecomputing(int layers) const;
 
    private:
     const LayerTable* table_;

@@ -61,7 +61,7 @@ namespace {
 
 MemoryChange Bytes(const MemoryCounts& n, const StageCost& c) {
   MemoryChange change;
-  change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.activation_bytes +
+  change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.recomputed_bytes() +
                             n.forward_workspaces * c.forward_workspace_bytes +
                             n.backward_workspaces * c.backward_workspace_bytes +
                             n.split_backward_workspaces * c.split_backward_workspace_bytes +
@@ -256,7 +256,7 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
     const StageCost& c = *costs[i];
     double* price = &price_[static_cast<size_t>(walk.stride) * i];
     price[0] = c.stash_bytes();
-    price[1] = c.remat ? c.activation_bytes : 0.0;
+    price[1] = c.recomputed_bytes();
     price[2] = c.output_bytes;
     price[3] = c.input_bytes;
     price[4] = c.sends_held ? c.output_bytes : 0.0;

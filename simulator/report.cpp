@@ -16,7 +16,7 @@ std::string StagesOf(const Plan& plan, int rank, bool layers) {
     if (stage.rank != rank) continue;
     if (!text.empty()) text += ",";
     text += layers ? std::to_string(stage.first_layer) + "-" + std::to_string(stage.end_layer - 1)
-                   : std::to_string(s) + (stage.remat ? "r" : "");
+                   : std::to_string(s) + (!stage.remat ? "" : stage.remat_layers > 0 ? "r" + std::to_string(stage.remat_layers) : "r");
   }
   return text;
 }
@@ -124,7 +124,7 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
            (fits ? "fits" : "OVER by " + FormatBytes(rank.peak_memory_bytes - limit)) + "\n";
   }
   out += "(idle: share of the step not computing; model state: parameters + gradients + optimizer state;\n"
-         " r after a stage number: rematerialized)\n";
+         " r after a stage number: rematerialized; rN: only its first N layers recompute)\n";
   if (plan.replicas > 1) {
     double allreduce = 0;
     for (double ms : costs.allreduce_ms) allreduce = std::max(allreduce, ms);

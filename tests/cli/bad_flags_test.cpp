@@ -62,7 +62,7 @@ const Row kRows[] = {
     {Plan({"--global-batch", "64", "--chunks", "0"}), kExitUsage, "gpipe-plan plan: --chunks: must be at least 1, got 0\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "64", "--max-nodes", "0"}), kExitUsage, "gpipe-plan plan: --max-nodes: must be at least 1\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "64", "--remat", "yes"}), kExitUsage,
-     "gpipe-plan plan: --remat: unknown remat policy \"yes\"; known: off, on, auto\n(run 'gpipe-plan plan --help' for usage)\n"},
+     "gpipe-plan plan: --remat: unknown remat policy \"yes\"; known: off, on, auto, stages\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "64", "--optimizer", "adamw"}), kExitUsage,
      "gpipe-plan plan: --optimizer: unknown optimizer \"adamw\"; known: sgd, momentum, adam, adam-mixed; did you mean \"adam\"?\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "64", "--placement", "replica_major"}), kExitUsage,

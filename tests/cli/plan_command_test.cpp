@@ -149,7 +149,7 @@ TEST(PlanCommand, BadFlagsGetOneLineAndExitTwo) {
   const std::pair<std::vector<std::string>, const char*> cases[] = {
       {{"--stages", "7"}, "--stages 7: K = 7 ranks is more than the profile's 6 layers"},
       {{"--schedule", "1f1f"}, "--schedule: unknown schedule \"1f1f\""},
-      {{"--remat", "sometimes"}, "--remat: unknown remat policy \"sometimes\"; known: off, on, auto"},
+      {{"--remat", "sometimes"}, "--remat: unknown remat policy \"sometimes\"; known: off, on, auto, stages"},
       {{"--memory", "80 gigs"}, "--memory: \"80 gigs\" is not a byte size"},
       {{"--microbatches", "5"}, "--microbatches 5: the global batch 64 does not split into D x M = 1 x 5 micro-batches"},
       {{"--devices", "0"}, "--devices: must be at least 1, got 0"},

@@ -123,6 +123,41 @@ INSTANTIATE_TEST_SUITE_P(AllSchedules, EquivalenceTest,
                                             ::testing::Bool()),
                          CaseName);
 
+// Remat by layer: each stage recomputes only its first n layers (n from 1 to its length - 1,
+// varying by stage), the rest keep their graph. Every schedule, K 1-4, M 1-8: the parameters of
+// one process on the whole batch.
+class ByLayerRematTest : public ::testing::TestWithParam<std::tuple<ScheduleKind, int, int>> {};
+
+std::string ByLayerCaseName(const ::testing::TestParamInfo<std::tuple<ScheduleKind, int, int>>& param) {
+  const auto [schedule, ranks, microbatches] = param.param;
+  return CaseName({{schedule, ranks, microbatches, false}, param.index}) + "_by_layer";
+}
+
+TEST_P(ByLayerRematTest, ParametersMatchOneProcessOnTheWholeBatch) {
+  const auto [schedule, ranks, microbatches] = GetParam();
+  // 12 layers: every stage of interleaved K=4 (8 stages) but four has two layers.
+  const ModelSpec model = TinyGpt(/*blocks=*/10);
+  Expected<Plan> plan = CasePlan({schedule, ranks, microbatches, false}, model, /*global_batch=*/8);
+  if (!plan.ok()) GTEST_SKIP() << plan.status().message();
+  int partial = 0;
+  for (size_t s = 0; s < plan->stages.size(); ++s) {
+    StagePlan& stage = plan->stages[s];
+    if (stage.num_layers() < 2) continue;
+    stage.remat = true;
+    stage.remat_layers = 1 + static_cast<int>(s) % (stage.num_layers() - 1);
+    ++partial;
+  }
+  ASSERT_GT(partial, 0);
+  ASSERT_TRUE(ValidatePlan(*plan, "plan").ok());
+  ExpectMatchesOneProcess(*plan, model, 2e-6);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchedules, ByLayerRematTest,
+                         ::testing::Combine(::testing::Values(ScheduleKind::kGpipe, ScheduleKind::k1F1B,
+                                                              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1),
+                                            ::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2, 4, 8)),
+                         ByLayerCaseName);
+
 // Over the in-process wire with NCCL's rules (executor/nccl_emulation.h): one ordered queue per
 // pair and direction as the executor's two NCCL groups give, tags ignored, sends done only when
 // received. No plan hangs, and the parameters are those of one process.
@@ -218,6 +253,15 @@ TEST(EquivalenceTest, ConvolutionsOnImagesMatchOneProcess) {
                   layer(LayerType::kGlobalAvgPool, 0, 3), layer(LayerType::kLinear, 8, 4)};
   const Plan plan = EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 3, 1, 4, 1, 8, true, Optimizer::kSgd);
   ExpectMatchesOneProcess(plan, model, 2e-6);
+  // Remat by layer, the kept layers starting at the activation (which may work in place on the
+  // recomputed convolution's output) and at the second convolution; zb-h1 splits both parts.
+  for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+    Plan by_layer = EvenPlan(model.num_layers(), schedule, 2, 1, 4, 1, 8, false, Optimizer::kSgd);
+    by_layer.stages[0].remat = by_layer.stages[1].remat = true;
+    by_layer.stages[0].remat_layers = 1;
+    by_layer.stages[1].remat_layers = 2;
+    ExpectMatchesOneProcess(by_layer, model, 2e-6);
+  }
 }
 
 // The loss a pipelined run reports is the whole batch's mean loss.

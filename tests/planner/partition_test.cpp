@@ -13,6 +13,7 @@
 #include "core/schedule/validate.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
+#include "tests/planner/brute_force.h"
 
 namespace gpipe {
 namespace {
@@ -60,62 +61,66 @@ Cluster RandomCluster(std::mt19937& rng) {
   return cluster;
 }
 
-struct BruteForce {
+// The best step and least peak over a set of plans (infinity when none fits / none).
+struct Best {
   double step = kInf;
-  bool mixed_remat_best = false;   // the best has some stages with and some without remat
-  double best_all_remat = kInf;    // best among plans that rematerialize every stage
-  double least_peak = kInf;        // the smallest largest rank peak of any plan, fitting or not
+  double least_peak = kInf;  // the smallest largest rank peak of any plan, fitting or not
 };
 
-// Every composition of the layers into S stages, every remat vector.
-BruteForce Enumerate(const Plan& skeleton, int ranks, int stages, double limit) {
+struct BruteForce {
+  Best whole;     // every stage recomputes all its layers or none (remat "stages")
+  Best by_layer;  // any stage may recompute its first n layers (remat "auto")
+  bool mixed_remat_best = false;   // the best whole-stage plan has some stages with and some without remat
+  double best_all_remat = kInf;    // best among plans that rematerialize every stage
+};
+
+// Every composition of the layers into S stages, every remat choice: each stage recomputes
+// none, all, or (with `by_layer`) its first n of its layers.
+BruteForce Enumerate(const Plan& skeleton, int ranks, int stages, double limit, bool by_layer) {
   BruteForce out;
-  const int layers = skeleton.profile.num_layers();
-  std::vector<int> ends(stages);
-  std::function<void(int, int)> place = [&](int s, int first) {
-    if (s == stages - 1) {
-      ends[s] = layers;
-      for (int mask = 0; mask < (1 << stages); ++mask) {
-        Plan plan = skeleton;
-        int begin = 0;
-        for (int t = 0; t < stages; ++t) {
-          plan.stages.push_back({begin, ends[t], t % ranks, static_cast<bool>((mask >> t) & 1)});
-          begin = ends[t];
-        }
-        Expected<Schedule> schedule = BuildSchedule(plan);
-        Expected<CostModel> costs = BuildCostModel(plan);
-        SimOptions options;
-        options.record_timeline = false;
-        Expected<SimResult> r = Simulate(*schedule, *costs, options);
-        bool fits = true;
-        double peak = 0;
-        for (const RankResult& rank : r->ranks) {
-          fits = fits && rank.peak_memory_bytes <= limit;
-          peak = std::max(peak, rank.peak_memory_bytes);
-        }
-        out.least_peak = std::min(out.least_peak, peak);
-        if (!fits) continue;
-        const bool all = mask == (1 << stages) - 1;
-        if (all) out.best_all_remat = std::min(out.best_all_remat, r->step_time_ms);
-        if (r->step_time_ms < out.step) {
-          out.step = r->step_time_ms;
-          out.mixed_remat_best = mask != 0 && !all;
-        }
+  brute::ForEveryPlan(skeleton, ranks, stages, by_layer ? RematPolicy::kAuto : RematPolicy::kStages, [&](const Plan& plan) {
+    bool whole = true, all = true, none = true;
+    for (const StagePlan& stage : plan.stages) {
+      const int n = stage.recomputed_layers();
+      whole = whole && (n == 0 || n == stage.num_layers());
+      all = all && n == stage.num_layers();
+      none = none && n == 0;
+    }
+    Expected<Schedule> schedule = BuildSchedule(plan);
+    Expected<CostModel> costs = BuildCostModel(plan);
+    SimOptions options;
+    options.record_timeline = false;
+    Expected<SimResult> r = Simulate(*schedule, *costs, options);
+    bool fits = true;
+    double peak = 0;
+    for (const RankResult& rank : r->ranks) {
+      fits = fits && rank.peak_memory_bytes <= limit;
+      peak = std::max(peak, rank.peak_memory_bytes);
+    }
+    for (Best* best : {whole ? &out.whole : nullptr, &out.by_layer}) {
+      if (best == nullptr) continue;
+      best->least_peak = std::min(best->least_peak, peak);
+      if (fits && r->step_time_ms < best->step) {
+        best->step = r->step_time_ms;
+        if (best == &out.whole) out.mixed_remat_best = !none && !all;
       }
-      return;
     }
-    for (int e = first + 1; e <= layers - (stages - 1 - s); ++e) {
-      ends[s] = e;
-      place(s + 1, e);
-    }
-  };
-  place(0, 0);
+    if (fits && all) out.best_all_remat = std::min(out.best_all_remat, r->step_time_ms);
+  });
   return out;
 }
 
-TEST(Partition, MatchesBruteForceOnRandomInstances) {
-  std::mt19937 rng(2024);
+struct Tally {
   int compared = 0, feasible = 0, mixed_beats_all = 0, infeasible = 0, least_memory_checked = 0, bounds_checked = 0;
+  int by_layer_beats_whole = 0;  // the best plan recomputes only some layers of a stage and beats every whole-stage plan
+};
+
+// Random instances (`trials` of them, from `seed`) under `policy`: kStages is checked against the
+// brute force over whole-stage remat, kAuto against the one over remat by layer (interleaved
+// chunks: whole, as the search).
+void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int max_extra_layers, Tally* tally) {
+  std::mt19937 rng(seed);
+  auto& [compared, feasible, mixed_beats_all, infeasible, least_memory_checked, bounds_checked, by_layer_beats_whole] = *tally;
   struct Shape {
     ScheduleKind kind;
     int ranks, chunks, replicas;
@@ -126,8 +131,8 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
       {ScheduleKind::kZbH1, 2, 1, 1},  {ScheduleKind::kZbH1, 3, 1, 1},  {ScheduleKind::kInterleaved1F1B, 2, 2, 1},
       {ScheduleKind::k1F1B, 4, 1, 1},
   };
-  for (int trial = 0; trial < 20; ++trial) {
-    const int layers = 5 + static_cast<int>(rng() % 4);
+  for (int trial = 0; trial < trials; ++trial) {
+    const int layers = 5 + static_cast<int>(rng() % max_extra_layers);
     const Profile profile = RandomProfile(rng, layers);
     const Cluster cluster = RandomCluster(rng);
     for (const Shape& shape : shapes) {
@@ -155,8 +160,12 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
         const double u = 0.5 + 0.5 * (trial % 4);
         problem.memory_limit_bytes =
             (total_static + total_activation * std::min(shape.ranks, microbatches) * u) / stages;
-        const BruteForce brute =
-            Enumerate(PlanSkeleton(problem), shape.ranks, shape.ranks * shape.chunks, problem.memory_limit_bytes);
+        problem.remat = policy;
+        const bool by_layer = policy == RematPolicy::kAuto && shape.chunks == 1;
+        const BruteForce all = Enumerate(PlanSkeleton(problem), shape.ranks, shape.ranks * shape.chunks,
+                                         problem.memory_limit_bytes, by_layer);
+        const Best& brute = by_layer ? all.by_layer : all.whole;
+        if (by_layer && all.by_layer.step < all.whole.step * (1 - 1e-9)) ++by_layer_beats_whole;
         Expected<PartitionResult> found = FindBestPartition(problem);
         ASSERT_TRUE(found.ok()) << found.status().message();
         const std::string label = std::string(ScheduleName(shape.kind)) + " K=" + std::to_string(shape.ranks) +
@@ -206,17 +215,36 @@ TEST(Partition, MatchesBruteForceOnRandomInstances) {
         Expected<Schedule> schedule = BuildSchedule(*found->plan);
         Expected<SimResult> check = Simulate(*schedule, *BuildCostModel(*found->plan));
         EXPECT_EQ(check->step_time_ms, found->step_time_ms) << label;
-        if (brute.mixed_remat_best && brute.step < brute.best_all_remat) ++mixed_beats_all;
+        if (all.mixed_remat_best && brute.step < all.best_all_remat) ++mixed_beats_all;
       }
     }
   }
-  EXPECT_GT(feasible, 100);
-  EXPECT_GT(infeasible, 0);        // tight memory really bites
-  EXPECT_GT(mixed_beats_all, 10);  // and remat per stage beats remat everywhere
-  EXPECT_GT(least_memory_checked, 400);
-  EXPECT_EQ(bounds_checked, compared);
+}
+
+TEST(Partition, MatchesBruteForceOnRandomInstances) {
+  Tally t;
+  CompareWithBruteForce(RematPolicy::kStages, 20, 2024, 4, &t);
+  EXPECT_GT(t.feasible, 100);
+  EXPECT_GT(t.infeasible, 0);        // tight memory really bites
+  EXPECT_GT(t.mixed_beats_all, 10);  // and remat per stage beats remat everywhere
+  EXPECT_GT(t.least_memory_checked, 400);
+  EXPECT_EQ(t.bounds_checked, t.compared);
   std::printf("compared %d instances: %d feasible, %d infeasible, %d where per-stage remat beat remat everywhere\n",
-              compared, feasible, infeasible, mixed_beats_all);
+              t.compared, t.feasible, t.infeasible, t.mixed_beats_all);
+}
+
+// Remat by layer (a stage recomputes only its first n layers): the search, its bounds and the
+// least-memory program against every composition and every n of every stage.
+TEST(Partition, ByLayerRematMatchesBruteForce) {
+  Tally t;
+  CompareWithBruteForce(RematPolicy::kAuto, 40, 2026, 3, &t);
+  EXPECT_GT(t.feasible, 300);
+  EXPECT_GT(t.infeasible, 0);
+  EXPECT_GT(t.by_layer_beats_whole, 30);  // recomputing some layers beats recomputing a stage or none
+  EXPECT_GT(t.least_memory_checked, 600);
+  EXPECT_EQ(t.bounds_checked, t.compared);
+  std::printf("compared %d instances: %d feasible, %d infeasible, %d where remat by layer beat whole stages\n",
+              t.compared, t.feasible, t.infeasible, t.by_layer_beats_whole);
 }
 
 }  // namespace

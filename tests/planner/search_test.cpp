@@ -12,6 +12,7 @@
 #include "core/schedule/validate.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
+#include "tests/planner/brute_force.h"
 
 namespace gpipe {
 namespace {
@@ -40,38 +41,19 @@ SearchRequest SmallRequest(std::mt19937& rng, int layers) {
   return request;
 }
 
-// The fastest fitting plan over every configuration, partition and remat choice; `least_peak`
+// The fastest fitting plan over every configuration, partition and remat choice the request's
+// policy allows (by layer under auto, where one stage per rank); `least_peak`
 // (when given) gets the smallest largest rank peak of any plan, fitting or not.
 double BruteForce(const SearchRequest& request, double* least_peak = nullptr) {
   double best = std::numeric_limits<double>::infinity();
   if (least_peak != nullptr) *least_peak = std::numeric_limits<double>::infinity();
   for (const PartitionProblem& problem : Configurations(request)) {
-    const int stages = problem.ranks * problem.chunks;
-    const int layers = request.profile.num_layers();
-    std::vector<int> ends(stages);
-    std::function<void(int, int)> place = [&](int s, int first) {
-      if (s == stages) {
-        if (ends.back() != layers) return;
-        for (int mask = 0; mask < (1 << stages); ++mask) {
-          if (problem.remat == RematPolicy::kOff && mask != 0) continue;
-          Plan plan = PlanSkeleton(problem);
-          int begin = 0;
-          for (int t = 0; t < stages; ++t) {
-            plan.stages.push_back({begin, ends[t], t % problem.ranks, static_cast<bool>((mask >> t) & 1)});
-            begin = ends[t];
-          }
-          Expected<Candidate> c = Evaluate(plan, true);
-          if (c.ok() && least_peak != nullptr) *least_peak = std::min(*least_peak, c->peak_memory_bytes);
-          if (c.ok() && c->peak_memory_bytes <= problem.memory_limit_bytes) best = std::min(best, c->step_time_ms);
-        }
-        return;
-      }
-      for (int e = first + 1; e <= layers - (stages - 1 - s); ++e) {
-        ends[s] = e;
-        place(s + 1, e);
-      }
-    };
-    place(0, 0);
+    brute::ForEveryPlan(PlanSkeleton(problem), problem.ranks, problem.ranks * problem.chunks, problem.remat,
+                          [&](const Plan& plan) {
+                            Expected<Candidate> c = Evaluate(plan, true);
+                            if (c.ok() && least_peak != nullptr) *least_peak = std::min(*least_peak, c->peak_memory_bytes);
+                            if (c.ok() && c->peak_memory_bytes <= problem.memory_limit_bytes) best = std::min(best, c->step_time_ms);
+                          });
   }
   return best;
 }

@@ -4,6 +4,7 @@
 // with the simulator's, and both with a brute-force count of each rank's distinct parameters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <random>
 #include <set>
@@ -15,6 +16,7 @@
 #include "simulator/layer_table.h"
 #include "simulator/memory_model.h"
 #include "simulator/simulator.h"
+#include "tests/planner/brute_force.h"
 
 namespace gpipe {
 namespace {
@@ -285,37 +287,21 @@ TEST(TiedParameters, PlannerMatchesBruteForce) {
                                   " trial " + std::to_string(trial);
         // Brute force.
         double best = kInf, least_peak = kInf;
-        const Plan skeleton = PlanSkeleton(problem);
-        std::vector<int> ends(stages);
-        std::function<void(int, int)> place = [&](int s, int first) {
-          if (s < stages - 1) {
-            for (int e = first + 1; e <= layers - (stages - 1 - s); ++e) {
-              ends[s] = e;
-              place(s + 1, e);
-            }
-            return;
-          }
-          ends[s] = layers;
-          for (int mask = 0; mask < (1 << stages); ++mask) {
-            Plan plan = skeleton;
-            for (int t = 0, begin = 0; t < stages; begin = ends[t], ++t) {
-              plan.stages.push_back({begin, ends[t], t % shape.ranks, static_cast<bool>((mask >> t) & 1)});
-            }
-            Expected<CostModel> costs = BuildCostModel(plan);
-            ASSERT_TRUE(costs.ok()) << costs.status().message();
-            shared_on_a_rank += costs->shared_static_bytes.empty() ? 0 : 1;
-            if (mask == 0) ExpectRanksMatchBruteForce(plan, label);
-            SimOptions options;
-            options.record_timeline = false;
-            Expected<SimResult> r = Simulate(*BuildSchedule(plan), *costs, options);
-            ASSERT_TRUE(r.ok());
-            double peak = 0;
-            for (const RankResult& rank : r->ranks) peak = std::max(peak, rank.peak_memory_bytes);
-            least_peak = std::min(least_peak, peak);
-            if (peak <= problem.memory_limit_bytes) best = std::min(best, r->step_time_ms);
-          }
-        };
-        place(0, 0);
+        brute::ForEveryPlan(PlanSkeleton(problem), shape.ranks, stages, problem.remat, [&](const Plan& plan) {
+          Expected<CostModel> costs = BuildCostModel(plan);
+          ASSERT_TRUE(costs.ok()) << costs.status().message();
+          shared_on_a_rank += costs->shared_static_bytes.empty() ? 0 : 1;
+          const bool no_remat = std::none_of(plan.stages.begin(), plan.stages.end(), [](const StagePlan& s) { return s.remat; });
+          if (no_remat) ExpectRanksMatchBruteForce(plan, label);
+          SimOptions options;
+          options.record_timeline = false;
+          Expected<SimResult> r = Simulate(*BuildSchedule(plan), *costs, options);
+          ASSERT_TRUE(r.ok());
+          double peak = 0;
+          for (const RankResult& rank : r->ranks) peak = std::max(peak, rank.peak_memory_bytes);
+          least_peak = std::min(least_peak, peak);
+          if (peak <= problem.memory_limit_bytes) best = std::min(best, r->step_time_ms);
+        });
         Expected<PartitionResult> found = FindBestPartition(problem);
         ASSERT_TRUE(found.ok()) << found.status().message();
         ++compared;
