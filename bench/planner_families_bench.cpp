@@ -3,7 +3,7 @@
 // 64 devices in nodes of 8, global batch 512; each a full search, one thread:
 //   build-core/bench/planner_bench --benchmark_filter=Family
 // Arguments: family, layers, devices, target gap in parts per million (0: stop once proven
-// optimal). Every search also stops after kTimeLimitS of CPU time. Counters: gap (best / lower bound - 1),
+// optimal), remat policy (0: auto, by layer; 1: stages, a stage's layers all or none). Every search also stops after kTimeLimitS of CPU time. Counters: gap (best / lower bound - 1),
 // proven (1 when the gap is 0), step_ms and lower_bound_ms, searched configurations, and the
 // per-device budget in GiB (memory-tight: 1.05x the least memory any plan needs).
 #include <benchmark/benchmark.h>
@@ -30,7 +30,8 @@ constexpr int kMemoryTight = 4;
 
 // The least per-device memory any plan needs, as `plan` computes it when nothing fits: K = the
 // devices, M = the batch (one sample per micro-batch), 1F1B, remat where it saves memory, the
-// partition of smallest largest peak.
+// partition of smallest largest peak. Whole-stage remat, so that the family's budget is the same
+// for both remat policies (and as before remat by layer): by layer, plans may need less.
 double LeastMemory(const Profile& profile, const Cluster& cluster, int64_t global_batch) {
   PartitionProblem smallest;
   smallest.profile = &profile;
@@ -40,6 +41,7 @@ double LeastMemory(const Profile& profile, const Cluster& cluster, int64_t globa
   smallest.microbatches = static_cast<int>(global_batch);
   smallest.global_batch = global_batch;
   smallest.optimizer = DefaultOptimizer(profile);
+  smallest.remat = RematPolicy::kStages;
   Expected<LeastMemoryResult> least = LeastMemoryPartition(smallest);
   return least.ok() ? least->peak_bytes : 0;
 }
@@ -67,11 +69,13 @@ void BM_Family(benchmark::State& state) {
   request.time_limit_s = kTimeLimitS;
   request.clock = [] { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; };
   request.target_gap = target_gap;
+  request.remat = state.range(4) == 0 ? RematPolicy::kAuto : RematPolicy::kStages;
   if (family == kMemoryTight) {
     request.cluster.device_memory_bytes =
         static_cast<int64_t>(1.05 * LeastMemory(request.profile, request.cluster, request.global_batch));
   }
-  const std::string label = std::string(kFamilies[family]) + " L=" + std::to_string(layers) + " N=" + std::to_string(devices);
+  const std::string label = std::string(kFamilies[family]) + " L=" + std::to_string(layers) + " N=" + std::to_string(devices) +
+                            " remat " + RematPolicyName(request.remat);
   SearchResult last;
   for (auto _ : state) {
     Expected<SearchResult> result = SearchPlans(request);
@@ -90,7 +94,7 @@ void BM_Family(benchmark::State& state) {
   state.counters["budget_gib"] = static_cast<double>(request.cluster.device_memory_bytes) / (1 << 30);
 }
 BENCHMARK(BM_Family)
-    ->ArgsProduct({{0, 1, 2, 3, 4}, {64, 256, 1024}, {8, 16, 32, 64}, {0, 10'000}})
+    ->ArgsProduct({{0, 1, 2, 3, 4}, {64, 256, 1024}, {8, 16, 32, 64}, {0, 10'000}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(1);
 

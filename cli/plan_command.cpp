@@ -35,7 +35,10 @@ class PlanCommand : public Command {
     app.add_option("--microbatches", microbatches_, "Pin M, micro-batches per replica and step");
     app.add_option("--schedule", schedule_, "Pin the schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
     app.add_option("--chunks", chunks_, "Pin v, stages per rank of interleaved-1f1b");
-    app.add_option("--remat", remat_, "Rematerialization (recompute a stage's forward in its backward instead of keeping activations): auto (only where memory demands it), on, off");
+    app.add_option("--remat", remat_,
+                   "Rematerialization (recompute a forward in the backward instead of keeping activations): auto (by "
+                   "layer: a stage recomputes the fewest of its first layers that make it fit, only where memory "
+                   "demands it), stages (a stage recomputes all its layers or none), on (every stage, all), off");
     app.add_option("--placement", placement_, "Pin the placement: pipeline-major or replica-major");
     app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
     app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration");
@@ -55,7 +58,8 @@ class PlanCommand : public Command {
         "  gpipe-plan plan --profile profiles/gpt3-13b-a100-80gb.json --cluster profiles/clusters/a100-80gb-32.json \\\n"
         "      --global-batch 512 --schedule 1f1b --stages 8 -o plan.json\n"
         "  gpipe-plan plan --profile profiles/tiny-gpt-cpu.json --cluster profiles/clusters/cpu-2.json --global-batch 64 \\\n"
-        "      --stages 2 --microbatches 2 --schedule gpipe --memory 45MiB   # only stage 1 rematerializes\n"
+        "      --stages 2 --microbatches 2 --schedule gpipe --memory 45MiB\n"
+        "      # stage 0 recomputes its first 2 layers, stage 1 its first (0r2, 1r1); --remat stages: 15% slower\n"
         "  gpipe-plan plan --profile P.json --cluster C.json --global-batch 512 --gap 0.01 --time-limit 10\n"
         "      # stop within 1% of the lower bound, or after 10 s with the gap reached so far\n"
         "The plan written with -o runs through 'gpipe-plan simulate' as it is.");

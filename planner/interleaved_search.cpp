@@ -1,8 +1,11 @@
 #include "planner/interleaved_search.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "core/schedule/generators.h"
 #include "planner/bisection.h"
+#include "planner/path_bound.h"
 #include "planner/remat_choices.h"
 
 namespace gpipe::partition_internal {
@@ -10,7 +13,35 @@ namespace gpipe::partition_internal {
 double InterleavedSearch::RootBound() const {
   double heaviest = 0;
   for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, table_.ForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
-  return p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
+  const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
+  // The chains of the schedule's own order (planner/path_bound.h): they see the waits of every
+  // round, which the spread work does not.
+  Expected<Schedule> schedule = GenerateSchedule(p_.schedule, p_.ranks, stages_, p_.microbatches);
+  if (!schedule.ok()) return spread;
+  PathBoundInput input;
+  input.schedule = &*schedule;
+  input.table = &table_;
+  const double message = min_output_from_[0];  // the smallest any boundary can carry
+  for (int s = 0; s + 1 < stages_; ++s) {
+    const int from = s % p_.ranks, to = (s + 1) % p_.ranks;
+    input.hop_ms.push_back(std::min(links_[from][to].TransferMs(message), links_[to][from].TransferMs(message)));
+  }
+  input.hop_ms.push_back(0.0);
+  if (p_.replicas > 1) {
+    for (int r = 0; r < p_.ranks; ++r) {
+      // The ring model is affine in the bytes; a measured curve need not be: nothing then.
+      // (Tied parameters: per-layer sums count them twice, so no per-byte term.)
+      const Ring& ring = rings_[r];
+      AllReduceLine line;
+      if (ring.measured.empty()) {
+        line.fixed_ms = ring.AllReduceMs(0.0);
+        if (!table_.has_tied_parameters()) line.ms_per_byte = ring.AllReduceMs(1e9) / 1e9 - line.fixed_ms / 1e9;
+      }
+      input.allreduce.push_back(line);
+    }
+  }
+  if (std::isfinite(p_.cutoff_ms)) input.enough = p_.cutoff_ms;
+  return std::max(spread, PathLowerBound(input));
 }
 
 Expected<PartitionResult> InterleavedSearch::Run() {

@@ -48,7 +48,13 @@ std::string FormatGapLine(const SearchResult& result) {
   if (!result.lower_bound_at.empty()) line += "; the bound comes from " + result.lower_bound_at;
   if (result.stopped_by_gap) line += "; stopped once the gap was at most --gap";
   if (result.stopped_by_time) line += "; stopped at --time-limit";
-  return line + "\n";
+  line += "\n";
+  if (result.best_is_least_memory) {
+    line += "the search found no plan that fits before it stopped; the plan below is the one of least memory "
+            "(1F1B, one stage per device, one sample per micro-batch), which fits: give it more time "
+            "(--time-limit) or --max-nodes for a faster one\n";
+  }
+  return line;
 }
 
 }  // namespace
@@ -109,6 +115,7 @@ nlohmann::json PlanReportJson(const SearchResult& result) {
   json["prediction"]["gap"] = result.gap;
   json["prediction"]["lower_bound_configuration"] = result.lower_bound_at;
   json["prediction"]["stopped_by_time"] = result.stopped_by_time;
+  json["prediction"]["best_is_least_memory"] = result.best_is_least_memory;
   json["prediction"]["stopped_by_gap"] = result.stopped_by_gap;
   nlohmann::json alternatives = nlohmann::json::array();
   for (const Candidate& c : result.pareto) {

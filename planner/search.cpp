@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/schedule/validate.h"
+#include "planner/min_devices.h"
 #include "planner/shape_cache.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
@@ -263,6 +264,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       break;
     }
     if (!entry.partition_bound) {
+      problem.cutoff_ms = best;  // a bound need not be computed past the best step found
       queue.push({std::max(entry.bound, PartitionLowerBound(problem)), true, entry.index});
       continue;
     }
@@ -294,6 +296,26 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       out.unproven.push_back(ConfigurationName(problem) + (result->stopped_by_deadline ? " (time limit)" : ""));
     }
     GPIPE_RETURN_IF_ERROR(keep(*result));
+  }
+  if (!std::isfinite(best) && (out.stopped_by_time || !out.proven_optimal)) {
+    // Stopped before any plan was found (memory so tight that the searches' first plans do not
+    // fit): the least-memory plan, found exactly by a dynamic program, fits when any one-stage-
+    // per-rank plan does. It is kept when the request's pins allow it.
+    // Whole-stage remat first: its program is the faster by far (by layer it prices every n).
+    SearchRequest whole = request;
+    if (request.remat == RematPolicy::kAuto) whole.remat = RematPolicy::kStages;
+    Expected<LeastMemory> least = LeastMemoryOn(whole, devices);
+    const double limit = static_cast<double>(request.cluster.device_memory_bytes);
+    if (whole.remat != request.remat && (!least.ok() || least->peak_bytes > limit)) least = LeastMemoryOn(request, devices);
+    if (least.ok() && least->peak_bytes <= limit &&
+        (!request.schedule || *request.schedule == least->plan.schedule)) {
+      Expected<Candidate> candidate = Evaluate(least->plan, false);
+      if (candidate.ok()) {
+        best = candidate->step_time_ms;
+        found.push_back(std::move(*candidate));
+        out.best_is_least_memory = true;
+      }
+    }
   }
   if (request.progress) request.progress(problems.size(), problems.size(), best);
   // What is still queued (stopped early) counts with its key; what was ruled out by

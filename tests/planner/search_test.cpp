@@ -91,7 +91,7 @@ TEST(Search, FindsTheFastestPlanOverEveryConfiguration) {
 // on memory-tight budgets (1.05x the least any plan needs) and calibrated clusters too.
 TEST(Search, LowerBoundNeverExceedsTheOptimum) {
   std::mt19937 rng(16);
-  int checked = 0, tight = 0, calibrated = 0, proven = 0, open_gaps = 0;
+  int checked = 0, tight = 0, calibrated = 0, proven = 0, open_gaps = 0, least_memory_offered = 0;
   for (int trial = 0; trial < 10; ++trial) {
     SearchRequest request = SmallRequest(rng, 5 + trial % 2);
     if (trial % 2 == 1) {  // calibrated: every term of core/calibration.h
@@ -153,7 +153,17 @@ TEST(Search, LowerBoundNeverExceedsTheOptimum) {
     ASSERT_TRUE(none.ok());
     EXPECT_TRUE(none->stopped_by_time);
     EXPECT_LE(none->lower_bound_ms, brute * (1 + 1e-9));
+    // What it offers then is the least-memory plan, when it fits: a plan that runs, no faster
+    // than the optimum, with its gap.
+    if (none->best) {
+      EXPECT_TRUE(none->best_is_least_memory);
+      EXPECT_LE(none->best->peak_memory_bytes, static_cast<double>(request.cluster.device_memory_bytes));
+      EXPECT_GE(none->best->step_time_ms, brute * (1 - 1e-9));
+      EXPECT_NEAR(none->gap, Gap(none->best->step_time_ms, none->lower_bound_ms), 1e-12);
+      ++least_memory_offered;
+    }
   }
+  EXPECT_GE(least_memory_offered, 5);
   EXPECT_EQ(checked, 60);
   EXPECT_GE(tight, 3);
   EXPECT_GE(calibrated, 5);

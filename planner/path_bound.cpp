@@ -1,0 +1,252 @@
+#include "planner/path_bound.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+namespace gpipe {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+// The compute ops a chain counts, and their index in a stage's coefficients.
+// P: the stage's parameter bytes, which a chain ending at its rank's last action prices at the
+// all-reduce's time per byte.
+constexpr int kF = 0, kB = 1, kI = 2, kW = 3, kP = 4, kOps = 5;
+
+int OpIndex(Op op) {
+  switch (op) {
+    case Op::kForward: return kF;
+    case Op::kBackward: return kB;
+    case Op::kBackwardInput: return kI;
+    case Op::kBackwardWeight: return kW;
+    default: return -1;
+  }
+}
+
+using Coefficients = std::vector<std::array<double, kOps>>;  // per stage, per op
+
+// One chain: forwards of the stages before `head`, its rank's actions (`body`: stage, op, count),
+// backwards (op `tail_op`) of the stages before `tail`, and its messages' least time.
+struct Chain {
+  int head = 0;
+  int tail = 0;
+  int tail_op = kB;
+  struct Term {
+    int stage;
+    int op;
+    double count;
+  };
+  std::vector<Term> body;
+  double hops = 0;
+
+  // Adds `share` x this chain's coefficients to `c`.
+  void AddTo(double share, Coefficients* c) const {
+    for (int t = 0; t < head; ++t) (*c)[t][kF] += share;
+    for (int t = 0; t < tail; ++t) (*c)[t][tail_op] += share;
+    for (const auto& [stage, op, count] : body) (*c)[stage][op] += share * count;
+  }
+  // Its length for stages whose op times are `times` and prefix sums `prefix` ([s][op]: stages < s).
+  double Ms(const std::vector<std::array<double, kOps>>& times, const std::vector<std::array<double, kOps>>& prefix) const {
+    double ms = hops + prefix[head][kF] + prefix[tail][tail_op];
+    for (const auto& [stage, op, count] : body) ms += count * times[stage][op];
+    return ms;
+  }
+};
+
+// The chains of the header comment, rank by rank.
+std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>& hop_ms,
+                           const std::vector<AllReduceLine>& allreduce) {
+  const int stages = schedule.num_stages();
+  // Prefix message times: before[s] = the hops between stages 0 .. s.
+  std::vector<double> before(stages + 1, 0.0);
+  for (int s = 0; s + 1 < stages; ++s) before[s + 1] = before[s] + hop_ms[s];
+  std::vector<Chain> chains;
+  for (int rank = 0; rank < schedule.num_ranks(); ++rank) {
+    const std::vector<Action>& actions = schedule.ranks[rank];
+    std::vector<size_t> starts, ends;
+    std::vector<char> seen_forward(stages, 0);
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const Action& a = actions[i];
+      if (a.op == Op::kForward && !seen_forward[a.stage]) {
+        seen_forward[a.stage] = 1;
+        starts.push_back(i);
+      }
+    }
+    std::vector<char> seen_backward(stages, 0);
+    size_t last_compute = actions.size();
+    for (size_t i = actions.size(); i-- > 0;) {
+      const Action& a = actions[i];
+      if (OpIndex(a.op) < 0) continue;
+      if (last_compute == actions.size()) last_compute = i;
+      if ((a.op == Op::kBackward || a.op == Op::kBackwardInput) && !seen_backward[a.stage]) {
+        seen_backward[a.stage] = 1;
+        ends.push_back(i);
+      }
+    }
+    if (last_compute == actions.size()) continue;
+    if (std::find(ends.begin(), ends.end(), last_compute) == ends.end()) ends.push_back(last_compute);
+    // The (stage, op) slots the rank has, and its counts of each before every start and after
+    // every end (a sweep; only those positions are kept).
+    std::vector<int> used;
+    std::vector<int> local(static_cast<size_t>(stages) * kOps, -1);
+    for (const Action& a : actions) {
+      const int op = OpIndex(a.op);
+      if (op < 0) continue;
+      const int slot = a.stage * kOps + op;
+      if (local[slot] < 0) {
+        local[slot] = static_cast<int>(used.size());
+        used.push_back(slot);
+      }
+    }
+    std::vector<std::vector<int>> counts(actions.size() + 1);
+    std::vector<int> running(used.size(), 0);
+    std::vector<char> wanted(actions.size() + 1, 0);
+    for (size_t i : starts) wanted[i] = 1;
+    for (size_t j : ends) wanted[j + 1] = 1;
+    for (size_t k = 0; k <= actions.size(); ++k) {
+      if (wanted[k]) counts[k] = running;
+      if (k == actions.size()) break;
+      const int op = OpIndex(actions[k].op);
+      if (op >= 0) ++running[local[actions[k].stage * kOps + op]];
+    }
+    for (size_t i : starts) {
+      for (size_t j : ends) {
+        if (j < i) continue;
+        Chain chain;
+        chain.head = actions[i].stage;
+        chain.hops = before[chain.head];
+        for (size_t u = 0; u < used.size(); ++u) {
+          const int count = counts[j + 1][u] - counts[i][u];
+          if (count > 0) chain.body.push_back({used[u] / kOps, used[u] % kOps, static_cast<double>(count)});
+        }
+        if (j == last_compute && rank < static_cast<int>(allreduce.size())) {
+          // The rank's all-reduce follows its last action.
+          const AllReduceLine& line = allreduce[rank];
+          chain.hops += line.fixed_ms;
+          if (line.ms_per_byte > 0) {
+            for (int t = 0; t < stages; ++t) {
+              if (schedule.stage_rank[t] == rank) chain.body.push_back({t, kP, line.ms_per_byte});
+            }
+          }
+        }
+        const Action& last = actions[j];
+        if (last.op == Op::kBackward || last.op == Op::kBackwardInput) {
+          chain.tail = last.stage;
+          chain.tail_op = OpIndex(last.op);
+          chain.hops += before[last.stage];
+        }
+        chains.push_back(std::move(chain));
+      }
+    }
+  }
+  return chains;
+}
+
+// Per layer, the time of each op (I = B - W).
+std::vector<std::array<double, kOps>> LayerTimes(const LayerTable& table) {
+  std::vector<std::array<double, kOps>> times(table.num_layers());
+  for (int l = 0; l < table.num_layers(); ++l) {
+    const double f = table.ForwardMs(l, l + 1), b = table.BackwardMs(l, l + 1), w = table.WeightMs(l, l + 1);
+    times[l] = {f, b, std::max(0.0, b - w), w, table.ParamBytes(l, l + 1)};
+  }
+  return times;
+}
+
+// The least of sum_s sum_op c[s][op] x (stage s's op time) over contiguous partitions with no
+// empty stage; `ends` gets its stage ends.
+double LeastOverPartitions(const Coefficients& c, const std::vector<std::array<double, kOps>>& times,
+                           std::vector<int>* ends) {
+  const int stages = static_cast<int>(c.size());
+  const int layers = static_cast<int>(times.size());
+  // cost[l][s]: layers 0..l assigned, layer l in stage s; from[l][s]: whether layer l - 1 was in
+  // stage s - 1 (a new stage starts at l).
+  std::vector<std::vector<double>> cost(layers, std::vector<double>(stages, kInfinity));
+  std::vector<std::vector<char>> from(layers, std::vector<char>(stages, 0));
+  const auto layer_cost = [&](int l, int s) {
+    double x = 0;
+    for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
+    return x;
+  };
+  cost[0][0] = layer_cost(0, 0);
+  for (int l = 1; l < layers; ++l) {
+    // Stage s can hold layer l only if stages 0..s-1 hold at least s layers and s+1.. the rest.
+    const int lo = std::max(0, stages - (layers - l));
+    const int hi = std::min(stages - 1, l);
+    for (int s = lo; s <= hi; ++s) {
+      double best = cost[l - 1][s];
+      char started = 0;
+      if (s > 0 && cost[l - 1][s - 1] < best) {
+        best = cost[l - 1][s - 1];
+        started = 1;
+      }
+      if (best == kInfinity) continue;
+      cost[l][s] = best + layer_cost(l, s);
+      from[l][s] = started;
+    }
+  }
+  const double least = cost[layers - 1][stages - 1];
+  if (ends != nullptr) {
+    ends->assign(stages, layers);
+    for (int l = layers - 1, s = stages - 1; l > 0; --l) {
+      if (from[l][s]) {
+        (*ends)[s - 1] = l;
+        --s;
+      }
+    }
+  }
+  return least;
+}
+
+}  // namespace
+
+double PathLowerBound(const PathBoundInput& input) {
+  const Schedule& schedule = *input.schedule;
+  const int stages = schedule.num_stages();
+  const int layers = input.table->num_layers();
+  if (stages < 1 || layers < stages) return 0.0;
+  const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce);
+  if (chains.empty()) return 0.0;
+  const std::vector<std::array<double, kOps>> times = LayerTimes(*input.table);
+  // Start from the average of the chains; each step moves a share 2 / (k + 2) of the weight onto
+  // the chain that is longest for the partition the current average prefers.
+  Coefficients weights(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
+  double hops = 0;
+  for (const Chain& chain : chains) {
+    chain.AddTo(1.0 / static_cast<double>(chains.size()), &weights);
+    hops += chain.hops / static_cast<double>(chains.size());
+  }
+  double bound = 0;
+  std::vector<int> ends;
+  std::vector<std::array<double, kOps>> stage_times(stages), prefix(stages + 1);
+  for (int k = 0; k < input.iterations; ++k) {
+    bound = std::max(bound, LeastOverPartitions(weights, times, &ends) + hops);
+    if (input.enough > 0 && bound >= input.enough) break;
+    // The partition's stage times, and its longest chain.
+    prefix[0] = {0.0, 0.0, 0.0, 0.0, 0.0};
+    for (int s = 0, l = 0; s < stages; ++s) {
+      stage_times[s] = {0.0, 0.0, 0.0, 0.0, 0.0};
+      for (; l < ends[s]; ++l) {
+        for (int op = 0; op < kOps; ++op) stage_times[s][op] += times[l][op];
+      }
+      for (int op = 0; op < kOps; ++op) prefix[s + 1][op] = prefix[s][op] + stage_times[s][op];
+    }
+    const Chain* longest = nullptr;
+    double longest_ms = -1;
+    for (const Chain& chain : chains) {
+      const double ms = chain.Ms(stage_times, prefix);
+      if (ms > longest_ms) {
+        longest_ms = ms;
+        longest = &chain;
+      }
+    }
+    const double step = 2.0 / (k + 2.0);
+    for (auto& row : weights) {
+      for (double& x : row) x *= 1 - step;
+    }
+    longest->AddTo(step, &weights);
+    hops = (1 - step) * hops + step * longest->hops;
+  }
+  return bound;
+}
+
+}  // namespace gpipe

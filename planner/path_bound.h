@@ -1,0 +1,51 @@
+// A lower bound on the step of every contiguous partition of a schedule, read off the schedule's
+// own order of actions: whatever the partition, the step is at least the length of any chain of
+// actions that must run one after another. The chains used, per rank r:
+//   the forwards of micro-batch m through the stages before stage s, where F(s, m) is the first
+//   forward of one of r's stages; then r's own actions in order up to the last backward (B or I)
+//   of one of its stages, or to its last action; then, from a backward of stage s', the same
+//   micro-batch's backwards through the stages before s';
+// with the cheapest message between ranks on every hop, and, for chains that end at the rank's
+// last action, its all-reduce. A chain's length is linear in the stages'
+// forward, backward, input-gradient and weight-gradient sums, so any weighted average of chains
+// is too, and its least value over all partitions is a dynamic program over the layers (each
+// layer to a stage, stages in order, none empty). The weights are improved by Frank-Wolfe steps
+// towards the longest chain of the partition that minimized the last average. Every such
+// least value is a lower bound; the bound is the largest met.
+//
+// It sees what the per-rank bound of interleaved_search.h cannot: a partition that makes the
+// first round's stages short to shorten every rank's wait lengthens the later rounds, whose chains
+// then bind. It ignores recompute, memory, per-action overheads and calibrated step costs (all only add).
+#pragma once
+
+#include <vector>
+
+#include "core/schedule/schedule.h"
+#include "simulator/layer_table.h"
+
+namespace gpipe {
+
+/// A lower bound on a rank's all-reduce, affine in its parameter bytes.
+struct AllReduceLine {
+  double fixed_ms = 0;
+  double ms_per_byte = 0;
+};
+
+struct PathBoundInput {
+  const Schedule* schedule = nullptr;
+  const LayerTable* table = nullptr;
+  /// hop_ms[s]: the least a message from stage s to s + 1 (or back) can take; 0 on one rank.
+  std::vector<double> hop_ms;
+  /// Per rank (empty: no all-reduce): its all-reduce after its last action. The parameter bytes
+  /// are per-layer sums, so a profile with tied parameters must leave the per-byte term at 0.
+  std::vector<AllReduceLine> allreduce;
+  /// Frank-Wolfe steps (each one dynamic program over layers x stages).
+  int iterations = 12;
+  /// Stop once the bound reaches this (the caller only needs to know that it does).
+  double enough = 0;
+};
+
+/// The bound (0 when the schedule has no compute action).
+double PathLowerBound(const PathBoundInput& input);
+
+}  // namespace gpipe
