@@ -119,6 +119,12 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
     c.backward_workspace_bytes =
         std::max({0.0, freed_inner_backward_workspace_, last_backward_workspace_}) * table_->scale_;
     c.split_backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
+    if (c.partial_remat) {
+      // The gradient the later layers' backward leaves at their input, held while the recomputed
+      // layers' backward runs from it.
+      c.backward_workspace_bytes += c.remat_boundary_bytes;
+      c.split_backward_workspace_bytes += c.remat_boundary_bytes;
+    }
   }
   return c;
 }
