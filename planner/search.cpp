@@ -301,12 +301,13 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     // Stopped before any plan was found (memory so tight that the searches' first plans do not
     // fit): the least-memory plan, found exactly by a dynamic program, fits when any one-stage-
     // per-rank plan does. It is kept when the request's pins allow it.
-    // Whole-stage remat first: its program is the faster by far (by layer it prices every n).
+    // With whole-stage remat: its program is the faster by far (by layer it prices every n, which
+    // on a thousand layers takes longer than a time limit allows). Under auto that plan is one
+    // the search could return too.
     SearchRequest whole = request;
     if (request.remat == RematPolicy::kAuto) whole.remat = RematPolicy::kStages;
     Expected<LeastMemory> least = LeastMemoryOn(whole, devices);
     const double limit = static_cast<double>(request.cluster.device_memory_bytes);
-    if (whole.remat != request.remat && (!least.ok() || least->peak_bytes > limit)) least = LeastMemoryOn(request, devices);
     if (least.ok() && least->peak_bytes <= limit &&
         (!request.schedule || *request.schedule == least->plan.schedule)) {
       Expected<Candidate> candidate = Evaluate(least->plan, false);

@@ -89,8 +89,9 @@ struct SearchResult {
   /// The search stopped at `time_limit_s` or at `target_gap` before it was done.
   bool stopped_by_time = false;
   bool stopped_by_gap = false;
-  /// The search stopped before it found a plan, and `best` is the least-memory plan (1F1B, one
-  /// stage per device, one sample per micro-batch: planner/min_devices.h), which fits.
+  /// The search stopped before it found a plan, and `best` is the least-memory plan with
+  /// whole-stage remat (1F1B, one stage per device, one sample per micro-batch:
+  /// planner/min_devices.h), which fits.
   bool best_is_least_memory = false;
 };
 
