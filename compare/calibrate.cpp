@@ -246,7 +246,7 @@ Expected<CalibrationRun> LoadCalibrationRun(const std::string& record_path, cons
   run.record = std::move(*record);
   std::string path = plan_path.empty() ? run.record.plan : plan_path;
   if (path.empty()) {
-    return Status::Invalid(record_path + ": the record names no plan; give the plan it ran (--plan)");
+    return Status::Invalid(record_path + ": the record names no plan; give the plan it ran (gpipe-plan calibrate --plan)");
   }
   namespace fs = std::filesystem;
   if (plan_path.empty() && !fs::exists(path) && fs::path(path).is_relative()) {

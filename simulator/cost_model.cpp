@@ -48,7 +48,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                               std::to_string(calibration->compute_scale.size()) +
                               " measured: compute is slowed as for " +
                               std::to_string(calibration->compute_scale.size()) +
-                              " (under-predicted; re-profile with --ranks-per-node " + std::to_string(per_node) + ")";
+                              " (under-predicted; re-profile with gpipe-plan profile --ranks-per-node " + std::to_string(per_node) + ")";
   }
   const LayerTable table(profile, model.scale, plan.optimizer, calibration, per_node);
   for (const StagePlan& stage : plan.stages) {
@@ -57,7 +57,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
         return Status::Invalid("profile layers[" + std::to_string(l) + "] (\"" + profile.layers[l].name +
                                "\") has no backward_weight_ms; the zb-h1 schedule splits each backward "
                                "into input and weight gradients and needs that time (the profiler "
-                               "measures it; or choose --schedule 1f1b)");
+                               "measures it; or choose the 1f1b schedule)");
       }
     }
     model.stages.push_back(table.Stage(stage));
