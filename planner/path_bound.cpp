@@ -120,14 +120,17 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
           if (count > 0) chain.body.push_back({used[u] / kOps, used[u] % kOps, static_cast<double>(count)});
         }
         if (j == last_compute && rank < static_cast<int>(allreduce.size())) {
-          // The rank's all-reduce follows its last action.
+          // The rank's all-reduce follows its last action: a chain of its own (the backwards
+          // that follow the same action on other ranks run alongside it, not after it).
+          Chain reduced = chain;
           const AllReduceLine& line = allreduce[rank];
-          chain.hops += line.fixed_ms;
+          reduced.hops += line.fixed_ms;
           if (line.ms_per_byte > 0) {
             for (int t = 0; t < stages; ++t) {
-              if (schedule.stage_rank[t] == rank) chain.body.push_back({t, kP, line.ms_per_byte});
+              if (schedule.stage_rank[t] == rank) reduced.body.push_back({t, kP, line.ms_per_byte});
             }
           }
+          chains.push_back(std::move(reduced));
         }
         const Action& last = actions[j];
         if (last.op == Op::kBackward || last.op == Op::kBackwardInput) {

@@ -5,8 +5,8 @@
 //   forward of one of r's stages; then r's own actions in order up to the last backward (B or I)
 //   of one of its stages, or to its last action; then, from a backward of stage s', the same
 //   micro-batch's backwards through the stages before s';
-// with the cheapest message between ranks on every hop, and, for chains that end at the rank's
-// last action, its all-reduce. A chain's length is linear in the stages'
+// with the cheapest message between ranks on every hop; and the chains that end at the rank's
+// last action with its all-reduce instead of the backwards after it. A chain's length is linear in the stages'
 // forward, backward, input-gradient and weight-gradient sums, so any weighted average of chains
 // is too, and its least value over all partitions is a dynamic program over the layers (each
 // layer to a stage, stages in order, none empty). The weights are improved by Frank-Wolfe steps
