@@ -265,7 +265,9 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
     if (!entry.partition_bound) {
       problem.cutoff_ms = best;  // a bound need not be computed past the best step found
-      queue.push({std::max(entry.bound, PartitionLowerBound(problem)), true, entry.index});
+      const double bound = PartitionLowerBound(problem);
+      problem.cutoff_ms = kInfinity;  // (a search of it for the alternatives below seeks any plan)
+      queue.push({std::max(entry.bound, bound), true, entry.index});
       continue;
     }
     if (entry.bound >= best) {
