@@ -253,24 +253,34 @@ TEST(Partition, ByLayerRematMatchesBruteForce) {
 namespace gpipe {
 namespace {
 
-// The interleaved root bound (planner/path_bound.h) sees the pipeline's fill and drain: on even
-// layers it lies well above the work spread over the ranks, and never above the optimum.
-TEST(Partition, InterleavedRootBoundSeesTheFillAndDrain) {
+// `layers` layers whose times and parameter bytes `layer_fn(l, &layer)` sets; 1000 bytes of
+// activations and output each.
+template <typename LayerFn>
+Profile ShapedProfile(int layers, const LayerFn& layer_fn) {
   Profile profile;
-  profile.model = "even";
+  profile.model = "shaped";
   profile.device = "test";
   profile.microbatch_size = 1;
   profile.input_bytes = 1000;
-  for (int l = 0; l < 16; ++l) {
+  for (int l = 0; l < layers; ++l) {
     LayerProfile layer;
     layer.name = "l" + std::to_string(l);
-    layer.forward_ms = 1;
-    layer.backward_ms = 2;
-    layer.param_bytes = 1000;
     layer.activation_bytes = 1000;
     layer.output_bytes = 1000;
+    layer_fn(l, &layer);
     profile.layers.push_back(layer);
   }
+  return profile;
+}
+
+// The interleaved root bound (planner/path_bound.h) sees the pipeline's fill and drain: on even
+// layers it lies well above the work spread over the ranks, and never above the optimum.
+TEST(Partition, InterleavedRootBoundSeesTheFillAndDrain) {
+  const Profile profile = ShapedProfile(16, [](int, LayerProfile* layer) {
+    layer->forward_ms = 1;
+    layer->backward_ms = 2;
+    layer->param_bytes = 1000;
+  });
   Cluster cluster;
   cluster.devices = 4;
   cluster.device_memory_bytes = int64_t{1} << 40;
@@ -294,33 +304,17 @@ TEST(Partition, InterleavedRootBoundSeesTheFillAndDrain) {
   std::printf("spread %.1f ms, root bound %.1f ms, optimum %.1f ms\n", spread, bound, best->step_time_ms);
 }
 
-}  // namespace
-}  // namespace gpipe
-
-namespace gpipe {
-namespace {
-
 // Where the all-reduce is long, the chain bound takes it after a rank's last action, alongside
 // (not after) the backwards that follow that action on other ranks: never above the optimum.
 TEST(Partition, InterleavedRootBoundWithALongAllReduce) {
   int checked = 0;
   for (int layers : {4, 6, 8}) {
     for (int64_t param_mb : {1, 20, 200}) {
-      Profile profile;
-      profile.model = "even";
-      profile.device = "test";
-      profile.microbatch_size = 1;
-      profile.input_bytes = 1000;
-      for (int l = 0; l < layers; ++l) {
-        LayerProfile layer;
-        layer.name = "l" + std::to_string(l);
-        layer.forward_ms = 1 + l % 3;
-        layer.backward_ms = 2 + 2 * (l % 2);
-        layer.param_bytes = param_mb * 1'000'000 * (1 + l % 2);
-        layer.activation_bytes = 1000;
-        layer.output_bytes = 1000;
-        profile.layers.push_back(layer);
-      }
+      const Profile profile = ShapedProfile(layers, [&](int l, LayerProfile* layer) {
+        layer->forward_ms = 1 + l % 3;
+        layer->backward_ms = 2 + 2 * (l % 2);
+        layer->param_bytes = param_mb * 1'000'000 * (1 + l % 2);
+      });
       Cluster cluster;
       cluster.devices = 4;
       cluster.devices_per_node = 2;
