@@ -20,25 +20,36 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-Profile RandomProfile(std::mt19937& rng, int layers) {
-  std::uniform_real_distribution<double> time(0.2, 3.0);
+// `layers` layers whose times and parameter bytes `layer_fn(l, &layer)` sets; 1000 bytes of
+// activations and output each.
+template <typename LayerFn>
+Profile ShapedProfile(int layers, const LayerFn& layer_fn) {
   Profile profile;
-  profile.model = "random";
+  profile.model = "shaped";
   profile.device = "test";
   profile.microbatch_size = 1;
   profile.input_bytes = 1000;
   for (int l = 0; l < layers; ++l) {
     LayerProfile layer;
     layer.name = "l" + std::to_string(l);
-    layer.forward_ms = time(rng);
-    layer.backward_ms = layer.forward_ms * (1.2 + 1.5 * (rng() % 100) / 100.0);
-    layer.backward_weight_ms = layer.backward_ms * (0.2 + 0.5 * (rng() % 100) / 100.0);
-    layer.param_bytes = 100'000 * (1 + static_cast<int64_t>(rng() % 20));
-    layer.activation_bytes = 200'000 * (1 + static_cast<int64_t>(rng() % 20));
-    layer.output_bytes = 50'000 * (1 + static_cast<int64_t>(rng() % 40));
+    layer.activation_bytes = 1000;
+    layer.output_bytes = 1000;
+    layer_fn(l, &layer);
     profile.layers.push_back(layer);
   }
   return profile;
+}
+
+Profile RandomProfile(std::mt19937& rng, int layers) {
+  std::uniform_real_distribution<double> time(0.2, 3.0);
+  return ShapedProfile(layers, [&](int, LayerProfile* layer) {
+    layer->forward_ms = time(rng);
+    layer->backward_ms = layer->forward_ms * (1.2 + 1.5 * (rng() % 100) / 100.0);
+    layer->backward_weight_ms = layer->backward_ms * (0.2 + 0.5 * (rng() % 100) / 100.0);
+    layer->param_bytes = 100'000 * (1 + static_cast<int64_t>(rng() % 20));
+    layer->activation_bytes = 200'000 * (1 + static_cast<int64_t>(rng() % 20));
+    layer->output_bytes = 50'000 * (1 + static_cast<int64_t>(rng() % 40));
+  });
 }
 
 Cluster RandomCluster(std::mt19937& rng) {
@@ -252,26 +263,6 @@ TEST(Partition, ByLayerRematMatchesBruteForce) {
 
 namespace gpipe {
 namespace {
-
-// `layers` layers whose times and parameter bytes `layer_fn(l, &layer)` sets; 1000 bytes of
-// activations and output each.
-template <typename LayerFn>
-Profile ShapedProfile(int layers, const LayerFn& layer_fn) {
-  Profile profile;
-  profile.model = "shaped";
-  profile.device = "test";
-  profile.microbatch_size = 1;
-  profile.input_bytes = 1000;
-  for (int l = 0; l < layers; ++l) {
-    LayerProfile layer;
-    layer.name = "l" + std::to_string(l);
-    layer.activation_bytes = 1000;
-    layer.output_bytes = 1000;
-    layer_fn(l, &layer);
-    profile.layers.push_back(layer);
-  }
-  return profile;
-}
 
 // The interleaved root bound (planner/path_bound.h) sees the pipeline's fill and drain: on even
 // layers it lies well above the work spread over the ranks, and never above the optimum.
