@@ -15,8 +15,10 @@ double ContiguousSearch::RootBound() const {
 Expected<PartitionResult> ContiguousSearch::Run() {
   UseShape();
   best_ = p_.cutoff_ms;
-  const double root = RootBound();
-  SeedIncumbent();
+  // The root bound and the first incumbent come from the same threshold.
+  const std::optional<Bracket> threshold = RelaxedThreshold();
+  const double root = threshold ? threshold->lo : kInfinity;
+  if (threshold) SeedIncumbent(*threshold);
   Dfs(0, 0, 0.0, 0.0, 0.0);
   return Finish(root);
 }
@@ -127,11 +129,9 @@ bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, dou
   return true;
 }
 
-void ContiguousSearch::SeedIncumbent() {
+void ContiguousSearch::SeedIncumbent(const Bracket& threshold) {
   std::vector<int> ends(p_.ranks);
-  const std::optional<Bracket> b = RelaxedThreshold();
-  if (!b) return;  // nothing fits even relaxed
-  RemainderFits(0, 0, 0, 0, b->hi, &ends);
+  RemainderFits(0, 0, 0, 0, threshold.hi, &ends);
   int a = 0;
   for (int q = 0; q < p_.ranks; ++q) {
     // The relaxation may leave a rank empty: give every stage a layer at least.

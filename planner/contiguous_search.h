@@ -51,9 +51,9 @@ class ContiguousSearch : public BranchAndBound {
   // rank takes as many layers as it can (exact for this relaxation: a bound never rises when a
   // stage starts later or ends earlier). Fills `ends` with the greedy's boundaries.
   bool RemainderFits(int q, int a, double head, double tail, double cutoff, std::vector<int>* ends) const;
-  // A first incumbent: the partition that minimizes the relaxed bound (binary search on the
-  // cutoff), simulated.
-  void SeedIncumbent();
+  // A first incumbent: the partition that minimizes the relaxed bound (the greedy at the hi end
+  // of RelaxedThreshold's bracket), simulated.
+  void SeedIncumbent(const Bracket& threshold);
   // The smallest cutoff below which some partition's relaxed bounds all fall.
   std::optional<Bracket> RelaxedThreshold() const;
   // Places rank q's stage from layer a on, `head` and `tail` what the stages before it add

@@ -3,13 +3,10 @@
 #include <algorithm>
 
 #include "core/units.h"
+#include "planner/remat_choices.h"
 
 namespace gpipe {
 namespace {
-
-int RematStages(const Plan& plan) {
-  return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(), [](const StagePlan& s) { return s.remat; }));
-}
 
 std::string Describe(const Plan& plan) {
   const int64_t size = plan.microbatch_size();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <utility>
 
 #include "core/schedule/generators.h"
 #include "planner/bisection.h"
@@ -16,10 +18,15 @@ double InterleavedSearch::RootBound() const {
   const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
   // The chains of the schedule's own order (planner/path_bound.h): they see the waits of every
   // round, which the spread work does not.
-  Expected<Schedule> schedule = GenerateSchedule(p_.schedule, p_.ranks, stages_, p_.microbatches);
-  if (!schedule.ok()) return spread;
+  // (Run has the shape's schedule already; a bound alone generates it.)
+  std::optional<Schedule> generated;
+  if (evaluator_ == nullptr) {
+    Expected<Schedule> schedule = GenerateSchedule(p_.schedule, p_.ranks, stages_, p_.microbatches);
+    if (!schedule.ok()) return spread;
+    generated = std::move(*schedule);
+  }
   PathBoundInput input;
-  input.schedule = &*schedule;
+  input.schedule = evaluator_ != nullptr ? &evaluator_->schedule() : &*generated;
   input.table = &table_;
   const double message = min_output_from_[0];  // the smallest any boundary can carry
   for (int s = 0; s + 1 < stages_; ++s) {

@@ -223,7 +223,7 @@ double PathLowerBound(const PathBoundInput& input) {
   std::vector<std::array<double, kOps>> stage_times(stages), prefix(stages + 1);
   for (int k = 0; k < input.iterations; ++k) {
     bound = std::max(bound, LeastOverPartitions(weights, times, &ends) + hops);
-    if (input.enough > 0 && bound >= input.enough) break;
+    if ((input.enough > 0 && bound >= input.enough) || k + 1 == input.iterations) break;
     // The partition's stage times, and its longest chain.
     prefix[0] = {0.0, 0.0, 0.0, 0.0, 0.0};
     for (int s = 0, l = 0; s < stages; ++s) {

@@ -2,6 +2,8 @@
 // rematerialize. The searches, their bounds and the least-memory dynamic program all ask it here.
 #pragma once
 
+#include <algorithm>
+
 #include "planner/partition.h"
 
 namespace gpipe {
@@ -26,6 +28,16 @@ inline bool RematSetAllowed(RematPolicy policy, int mask, int chunks) {
     if (!RematAllowed(policy, ((mask >> c) & 1) != 0)) return false;
   }
   return true;
+}
+
+// How many of a plan's stages rematerialize, and of those how many only their first layers
+// (what the plan and infeasible reports print).
+inline int RematStages(const Plan& plan) {
+  return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(), [](const StagePlan& s) { return s.remat; }));
+}
+inline int PartialRematStages(const Plan& plan) {
+  return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(),
+                                        [](const StagePlan& s) { return s.remat && s.remat_layers > 0; }));
 }
 
 }  // namespace gpipe

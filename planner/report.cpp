@@ -9,6 +9,7 @@
 #include "core/text.h"
 #include "core/units.h"
 #include "planner/infeasible.h"
+#include "planner/remat_choices.h"
 #include "simulator/cost_model.h"
 #include "simulator/report.h"
 #include "simulator/simulator.h"
@@ -22,16 +23,6 @@ std::string Shape(const Plan& plan) {
     text += " v=" + std::to_string(plan.num_stages() / plan.num_ranks());
   }
   return text;
-}
-
-int RematStages(const Plan& plan) {
-  return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(), [](const StagePlan& s) { return s.remat; }));
-}
-
-// Stages where only the first layers recompute.
-int PartialRematStages(const Plan& plan) {
-  return static_cast<int>(std::count_if(plan.stages.begin(), plan.stages.end(),
-                                        [](const StagePlan& s) { return s.remat && s.remat_layers > 0; }));
 }
 
 // Simulates `plan` (it is valid: the planner made it).
@@ -80,14 +71,12 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
   const Candidate& best = *result.best;
   CostModel costs;
   const SimResult sim = Simulated(best.plan, &costs);
+  const int partial = PartialRematStages(best.plan);
   out += "best plan: " + Shape(best.plan) + ", K=" + std::to_string(best.plan.num_ranks()) +
          " ranks x D=" + std::to_string(best.plan.replicas) + " replicas (" +
          PlacementName(best.plan.placement) + "), remat on " + std::to_string(RematStages(best.plan)) + " of " +
          std::to_string(best.plan.num_stages()) + " stages" +
-         (PartialRematStages(best.plan) > 0
-              ? " (" + std::to_string(PartialRematStages(best.plan)) + " of them only their first layers)"
-              : std::string()) +
-         "\n";
+         (partial > 0 ? " (" + std::to_string(partial) + " of them only their first layers)" : std::string()) + "\n";
   out += FormatSimSummary(best.plan, costs, sim);
   out += "\nalternatives (none is both faster and smaller than another; within 25% of the best):\n";
   out += "  " + Pad("step", 11) + Pad("samples/s", 10) + Pad("bubble", 7) + Pad("peak memory", 12) +

@@ -129,16 +129,23 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
   return c;
 }
 
+namespace {
+
+// Layers [first, end) as one stage, its first `recomputed` recomputing.
+StageCost StageRecomputing(const LayerTable& table, int first, int end, int recomputed) {
+  LayerTable::StageBuilder builder(table, first);
+  while (builder.end() < end) builder.Extend();
+  return builder.CostRecomputing(recomputed);
+}
+
+}  // namespace
+
 StageCost LayerTable::Stage(const StagePlan& stage) const {
-  StageBuilder builder(*this, stage.first_layer);
-  while (builder.end() < stage.end_layer) builder.Extend();
-  return builder.CostRecomputing(stage.recomputed_layers());
+  return StageRecomputing(*this, stage.first_layer, stage.end_layer, stage.recomputed_layers());
 }
 
 StageCost LayerTable::Stage(int first, int end, bool remat) const {
-  StageBuilder builder(*this, first);
-  while (builder.end() < end) builder.Extend();
-  return builder.Cost(remat);
+  return StageRecomputing(*this, first, end, remat ? end - first : 0);
 }
 
 }  // namespace gpipe
