@@ -78,7 +78,7 @@ void GatherSends(const CostedRun& run, CalibrationSamples& samples) {
       if (a.step == run.first_step || !IsSend(a.action.op)) continue;
       samples.sends.push_back(a.end_ms - a.start_ms);
       const bool gradient = a.action.op == Op::kSendGradient;
-      const int to_stage = gradient ? a.action.stage - 1 : a.action.stage + 1;
+      const int to_stage = PeerStage(a.action);
       const Op recv_op = gradient ? Op::kRecvGradient : Op::kRecvActivation;
       const auto b = receives.find({r.replica, stage_rank[to_stage], a.step, recv_op, to_stage, a.action.microbatch});
       if (b != receives.end() && b->second->start_ms <= a.end_ms) {

@@ -7,16 +7,20 @@
 #include <utility>
 
 #include "core/json_reader.h"
+#include "core/schedule/placement.h"
 #include "core/suggest.h"
 
 namespace gpipe {
 namespace {
 
-constexpr NameTable<ScheduleKind, 4> kScheduleNames = {{
+constexpr NameTable<ScheduleKind, 7> kScheduleNames = {{
     {ScheduleKind::kGpipe, "gpipe"},
     {ScheduleKind::k1F1B, "1f1b"},
     {ScheduleKind::kInterleaved1F1B, "interleaved-1f1b"},
     {ScheduleKind::kZbH1, "zb-h1"},
+    {ScheduleKind::kInterleavedZb, "interleaved-zb"},
+    {ScheduleKind::kZbV, "zb-v"},
+    {ScheduleKind::kDualPipeV, "dualpipe-v"},
 }};
 
 constexpr NameTable<Optimizer, 4> kOptimizerNames = {{
@@ -133,34 +137,18 @@ Status ValidateLayout(const Plan& plan, const std::string& where) {
                              "; ranks must be numbered 0..K-1 without gaps");
     }
   }
-  const bool interleaved = plan.schedule == ScheduleKind::kInterleaved1F1B;
-  if (!interleaved && stages != ranks) {
-    return Status::Invalid(where + ".schedule: \"" + std::string(ScheduleName(plan.schedule)) +
-                           "\" runs one stage per rank, but the plan puts " + std::to_string(stages) +
-                           " stages on " + std::to_string(ranks) +
-                           " ranks; use \"interleaved-1f1b\" for several stages per rank");
-  }
-  if (interleaved && stages % ranks != 0) {
-    return Status::Invalid(where + ".stages: interleaved-1f1b needs the same number of stages on every rank; " +
-                           std::to_string(stages) + " stages on " + std::to_string(ranks) + " ranks");
-  }
+  GPIPE_RETURN_IF_ERROR(CheckStageCount(plan.schedule, ranks, stages)
+                            .WithContext(where + (LayoutOf(plan.schedule) == StageLayout::kOnePerRank ? ".schedule" : ".stages")));
+  const std::vector<int> expected = PlaceStages(plan.schedule, ranks, stages);
   for (int s = 0; s < stages; ++s) {
-    const int expected = s % ranks;
-    if (plan.stages[s].rank != expected) {
+    if (plan.stages[s].rank != expected[s]) {
       return Status::Invalid(where + ".stages[" + std::to_string(s) + "].rank: is " +
-                             std::to_string(plan.stages[s].rank) + ", expected " +
-                             std::to_string(expected) +
-                             (interleaved ? " (interleaved stages go round-robin: stage s on rank s mod K)"
-                                          : " (stage s runs on rank s)"));
+                             std::to_string(plan.stages[s].rank) + ", expected " + std::to_string(expected[s]) +
+                             " (" + ScheduleName(plan.schedule) + ": " + DescribeLayout(LayoutOf(plan.schedule)) + ")");
     }
   }
-  if (interleaved && plan.microbatches % ranks != 0) {
-    const int lower = plan.microbatches / ranks * ranks;
-    return Status::Invalid(where + ".microbatches: interleaved-1f1b needs a multiple of the " +
-                           std::to_string(ranks) + " ranks (as Megatron-LM does), got " +
-                           std::to_string(plan.microbatches) + "; try " +
-                           (lower > 0 ? std::to_string(lower) + " or " : "") + std::to_string(lower + ranks));
-  }
+  GPIPE_RETURN_IF_ERROR(
+      CheckMicrobatchCount(plan.schedule, ranks, plan.microbatches).WithContext(where + ".microbatches"));
   return Status::Ok();
 }
 
@@ -173,8 +161,9 @@ Expected<ScheduleKind> ParseScheduleKind(const std::string& name) {
 }
 
 const std::vector<ScheduleKind>& AllScheduleKinds() {
-  static const std::vector<ScheduleKind> kinds = {ScheduleKind::kGpipe, ScheduleKind::k1F1B,
-                                                  ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1};
+  static const std::vector<ScheduleKind> kinds = {
+      ScheduleKind::kGpipe,          ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1,
+      ScheduleKind::kInterleavedZb, ScheduleKind::kZbV,  ScheduleKind::kDualPipeV};
   return kinds;
 }
 

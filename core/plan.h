@@ -1,8 +1,8 @@
 // The plan format, gpipe-plan/1: a model's profile, a cluster, a schedule and a cut of the layers
 // into contiguous stages, each on a rank and with or without rematerialization. The planner writes
 // plans; `simulate` and `run` read them. K is the number of ranks of one pipeline, S the number of
-// stages (S = K, or S = v*K for interleaved 1F1B with v chunks per rank), M micro-batches, D
-// data-parallel replicas of the whole pipeline.
+// stages (S = K; S = v*K for the interleaved schedules with v chunks per rank; S = 2K for the
+// V-shaped ones), M micro-batches, D data-parallel replicas of the whole pipeline.
 #pragma once
 
 #include <cstdint>
@@ -20,9 +20,9 @@ namespace gpipe {
 
 inline constexpr const char* kPlanFormat = "gpipe-plan/1";
 
-enum class ScheduleKind { kGpipe, k1F1B, kInterleaved1F1B, kZbH1 };
+enum class ScheduleKind { kGpipe, k1F1B, kInterleaved1F1B, kZbH1, kInterleavedZb, kZbV, kDualPipeV };
 
-/// "gpipe", "1f1b", "interleaved-1f1b", "zb-h1".
+/// "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "interleaved-zb", "zb-v", "dualpipe-v".
 const char* ScheduleName(ScheduleKind kind);
 /// The kind named `name`; the error lists the known names and suggests the nearest.
 Expected<ScheduleKind> ParseScheduleKind(const std::string& name);

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/schedule/placement.h"
 #include "executor/action_clock.h"
 #include "executor/checkpoint.h"
 #include "executor/exception_text.h"
@@ -165,7 +166,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   }
   config.loss_scale = 1.0 / (static_cast<double>(M) * D);
   config.device = options.device;
-  config.split_backward = plan.schedule == ScheduleKind::kZbH1;
+  config.split_backward = SplitsBackward(plan.schedule);
   ActionClock clock(options.device, options.timeout);
   outcome.clock = clock.name();
   StageRunner runner(config, std::move(stages), RankWireOf(lowered, prank, options.posting), comm, clock);

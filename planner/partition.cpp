@@ -4,6 +4,7 @@
 //   interleaved_search.h  v stages per rank (interleaved-1f1b): branch and bound;
 //   stage_dp.h            the least-memory partition: a dynamic program;
 // over the shared tables of partition_context.h and the incumbent of branch_and_bound.h.
+#include "core/schedule/placement.h"
 #include "planner/partition.h"
 
 #include <string>
@@ -60,10 +61,10 @@ Status CheckProblem(const PartitionProblem& problem) {
   }
   GPIPE_RETURN_IF_ERROR(CheckPipelineShape(problem.global_batch, problem.ranks, problem.replicas, problem.microbatches,
                                            problem.cluster->devices));
-  if (problem.schedule == ScheduleKind::kZbH1) {
+  if (SplitsBackward(problem.schedule)) {
     for (int l = 0; l < layers; ++l) {
       if (!problem.profile->layers[l].backward_weight_ms) {
-        return Status::Invalid("zb-h1 needs backward_weight_ms for every layer; layers[" + std::to_string(l) +
+        return Status::Invalid(std::string(ScheduleName(problem.schedule)) + " needs backward_weight_ms for every layer; layers[" + std::to_string(l) +
                                "] (\"" + problem.profile->layers[l].name + "\") has none");
       }
     }

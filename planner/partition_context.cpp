@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/schedule/generators.h"
+#include "core/schedule/placement.h"
 
 namespace gpipe::partition_internal {
 
@@ -17,7 +18,7 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
       skeleton_(PlanSkeleton(problem)),
       layers_(table_.num_layers()),
       stages_(problem.ranks * problem.chunks),
-      split_(problem.schedule == ScheduleKind::kZbH1) {
+      split_(SplitsBackward(problem.schedule)) {
   const int ranks = p_.ranks;
   forwards_first_.assign(ranks, 0);
   in_flight_.assign(ranks, 0);

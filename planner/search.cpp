@@ -9,6 +9,7 @@
 #include <queue>
 #include <string>
 
+#include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
 #include "planner/min_devices.h"
 #include "planner/shape_cache.h"
@@ -183,8 +184,9 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
                                            request.replicas.value_or(1), request.microbatches.value_or(1),
                                            request.ranks ? devices : 0)
                             .AsUsage());
-  if (request.schedule == ScheduleKind::kZbH1 && !ProfileHasWeightTimes(request.profile)) {
-    return Status::Usage("the schedule zb-h1 needs backward_weight_ms for every layer of the profile");
+  if (request.schedule && SplitsBackward(*request.schedule) && !ProfileHasWeightTimes(request.profile)) {
+    return Status::Usage("the schedule " + std::string(ScheduleName(*request.schedule)) +
+                         " needs backward_weight_ms for every layer of the profile");
   }
   std::map<int64_t, Profile> sized_profiles;  // outlives `problems`, which point into it
   std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles);

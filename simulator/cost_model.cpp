@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/profile_sizes.h"
+#include "core/schedule/placement.h"
 #include "core/text.h"
 #include "simulator/layer_table.h"
 
@@ -29,7 +30,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
     model.profile_note = "the profile measured micro-batches of " + std::to_string(profile.microbatch_size) +
                          "; times and activations are scaled linearly by " + FormatScale(model.scale);
   }
-  const bool split = plan.schedule == ScheduleKind::kZbH1;
+  const bool split = SplitsBackward(plan.schedule);
   const std::optional<Calibration> effective = EffectiveCalibration(plan.profile, plan.cluster, plan.optimizer);
   const Calibration* calibration = effective ? &*effective : nullptr;
   if (plan.cluster.calibration) {
@@ -55,9 +56,9 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
     for (int l = stage.first_layer; l < stage.end_layer && split; ++l) {
       if (!profile.layers[l].backward_weight_ms) {
         return Status::Invalid("profile layers[" + std::to_string(l) + "] (\"" + profile.layers[l].name +
-                               "\") has no backward_weight_ms; the zb-h1 schedule splits each backward "
-                               "into input and weight gradients and needs that time (the profiler "
-                               "measures it; or choose the 1f1b schedule)");
+                               "\") has no backward_weight_ms; the " + ScheduleName(plan.schedule) +
+                               " schedule splits backwards into input and weight gradients and needs that "
+                               "time (the profiler measures it; or choose the 1f1b schedule)");
       }
     }
     model.stages.push_back(table.Stage(stage));

@@ -148,8 +148,7 @@ class Simulation {
 
   // Puts rank r's send `a` on its link at `now`.
   void Send(int r, const Action& a, double now) {
-    const bool gradient = a.op == Op::kSendGradient;
-    const int to_stage = gradient ? a.stage - 1 : a.stage + 1;
+    const int to_stage = PeerStage(a);
     const int to = schedule_.stage_rank[to_stage];
     const StageCost& c = costs_.stages[a.stage];
     const double bytes = CostModel::SentBytes(c, a.op);
@@ -164,7 +163,7 @@ class Simulation {
     t.arrival_ms = t.wire_end_ms + link.latency_ms;
     link_free_[r][to] = t.wire_end_ms;
     last_arrival_ms_ = std::max(last_arrival_ms_, t.arrival_ms);
-    queue_.Push(t.arrival_ms, {Event::Kind::kArrival, to, Key(gradient, to_stage, a.microbatch)});
+    queue_.Push(t.arrival_ms, {Event::Kind::kArrival, to, Key(a.op == Op::kSendGradient, to_stage, a.microbatch)});
     if (options_.record_timeline) result_.transfers.push_back(t);
   }
 

@@ -27,7 +27,7 @@ StepEvaluator::StepEvaluator(const Schedule& schedule) : schedule_(schedule) {
         Step step{r, a.op, a.stage, -1, -1};
         if (a.op == Op::kSendActivation || a.op == Op::kSendGradient) {
           const bool gradient = a.op == Op::kSendGradient;
-          const int to_stage = gradient ? a.stage - 1 : a.stage + 1;
+          const int to_stage = PeerStage(a);
           step.peer = schedule.stage_rank[to_stage];
           step.message = slot(gradient, to_stage, a.microbatch);
           sent[step.message] = 1;

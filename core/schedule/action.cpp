@@ -1,6 +1,7 @@
 #include "core/schedule/action.h"
 
 #include <array>
+#include <cassert>
 #include <cctype>
 
 namespace gpipe {
@@ -46,6 +47,12 @@ bool IsCompute(Op op) {
 }
 bool IsSend(Op op) { return op == Op::kSendActivation || op == Op::kSendGradient; }
 bool IsRecv(Op op) { return op == Op::kRecvActivation || op == Op::kRecvGradient; }
+
+int PeerStage(const Action& a) {
+  assert(IsSend(a.op) || IsRecv(a.op));
+  const bool toward_first = a.op == Op::kSendGradient || a.op == Op::kRecvActivation;
+  return toward_first ? a.stage - 1 : a.stage + 1;
+}
 
 std::string ActionToText(const Action& action) {
   return std::to_string(action.stage) + std::string(OpCode(action.op)) +

@@ -44,6 +44,11 @@ struct Action {
   friend bool operator==(const Action&, const Action&) = default;
 };
 
+/// The stage at the other end of a hand-over: a SEND_F's receiver (stage + 1), a SEND_B's
+/// (stage - 1), a RECV_F's sender (stage - 1), a RECV_B's (stage + 1). Which rank that stage is on
+/// is the schedule's stage_rank. REQUIRES: IsSend(a.op) || IsRecv(a.op).
+int PeerStage(const Action& a);
+
 /// "2F0".
 std::string ActionToText(const Action& action);
 /// The exact inverse of ActionToText; anything else is an error naming the text.

@@ -43,9 +43,9 @@ std::vector<std::string> Plan(std::vector<std::string> more) {
 // clang-format off
 const Row kRows[] = {
     {Plan({"--global-batch", "64", "--schedule", "1fb1"}), kExitUsage,
-     "gpipe-plan plan: --schedule: unknown schedule \"1fb1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1; did you mean \"1f1b\"?\n(run 'gpipe-plan plan --help' for usage)\n"},
+     "gpipe-plan plan: --schedule: unknown schedule \"1fb1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1, interleaved-zb, zb-v, dualpipe-v; did you mean \"1f1b\"?\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "64", "--schedule", "ZB-H1"}), kExitUsage,
-     "gpipe-plan plan: --schedule: unknown schedule \"ZB-H1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1; did you mean \"zb-h1\"?\n(run 'gpipe-plan plan --help' for usage)\n"},
+     "gpipe-plan plan: --schedule: unknown schedule \"ZB-H1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1, interleaved-zb, zb-v, dualpipe-v; did you mean \"zb-h1\"?\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "0"}), kExitUsage, "gpipe-plan plan: --global-batch: must be at least 1, got 0\n(run 'gpipe-plan plan --help' for usage)\n"},
     {Plan({"--global-batch", "63", "--microbatches", "2", "--stages", "2"}), kExitUsage,
      "gpipe-plan plan: --global-batch 63 --stages 2 --microbatches 2: the global batch 63 does not split into D x M = 1 x 2 "

@@ -113,7 +113,7 @@ TEST(Formats, BadPlansGetErrorsNamingTheField) {
       {"zero bandwidth", [](nlohmann::json& j) { j["cluster"]["link"]["bandwidth_bytes_per_s"] = 0; },
        "plan.json.cluster.link.bandwidth_bytes_per_s: expected a number > 0, got 0"},
       {"schedule typo", [](nlohmann::json& j) { j["schedule"] = "1fb1"; },
-       "plan.json.schedule: unknown schedule \"1fb1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1; did you mean \"1f1b\"?"},
+       "plan.json.schedule: unknown schedule \"1fb1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1, interleaved-zb, zb-v, dualpipe-v; did you mean \"1f1b\"?"},
       {"empty stage", [](nlohmann::json& j) { j["stages"][1]["layers"] = {1, 1}; },
        "plan.json.stages[1].layers: [1, 1) is empty; every stage needs at least one layer"},
       {"overlap", [](nlohmann::json& j) { j["stages"][1]["layers"] = {0, 3}; },
@@ -160,14 +160,18 @@ TEST(Formats, InterleavedLayoutRules) {
   EXPECT_NE(PlanError(json).find("needs the same number of stages on every rank; 3 stages on 2 ranks"),
             std::string::npos) << PlanError(json);
   json["stages"] = nlohmann::json::parse(R"([{"layers":[0,1],"rank":1},{"layers":[1,3],"rank":0}])");
-  EXPECT_NE(PlanError(json).find("stages[0].rank: is 1, expected 0 (interleaved stages go round-robin"),
+  EXPECT_NE(PlanError(json).find("stages[0].rank: is 1, expected 0 (interleaved-1f1b: the stages go round-robin"),
             std::string::npos) << PlanError(json);
   json["stages"] = nlohmann::json::parse(R"([{"layers":[0,1],"rank":0},{"layers":[1,3],"rank":1}])");
-  json["microbatches"] = 3;
+  json["microbatches"] = 3;  // one round of 3 (PyTorch's rule)
   json["global_batch"] = 3;
-  EXPECT_NE(PlanError(json).find("microbatches: interleaved-1f1b needs a multiple of the 2 ranks"), std::string::npos)
+  EXPECT_EQ(PlanError(json), "ok");
+  json["microbatches"] = 5;  // two rounds do not divide 5
+  json["global_batch"] = 5;
+  EXPECT_NE(PlanError(json).find("microbatches: interleaved-1f1b runs M micro-batches in max(1, M / K) rounds"),
+            std::string::npos)
       << PlanError(json);
-  EXPECT_NE(PlanError(json).find("try 2 or 4"), std::string::npos) << PlanError(json);
+  EXPECT_NE(PlanError(json).find("try 4 or 6"), std::string::npos) << PlanError(json);
 }
 
 TEST(Formats, FileErrorsNameTheFile) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
 
 namespace gpipe {
@@ -65,26 +66,33 @@ TEST(Generators, InterleavedMatchesMegatronOrder) {
   EXPECT_EQ(s.stage_rank, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
 }
 
-// Every generator, over a grid of shapes, gives a valid schedule that runs without deadlock.
+// Every generator, over a grid of shapes, gives a valid schedule that runs without deadlock; every
+// M the kind takes (PyTorch's rounds for the interleaved kinds: M = 5 on K = 4 is one round of 5).
 TEST(Generators, EveryShapeIsValidAndDeadlockFree) {
+  int shapes = 0;
   for (ScheduleKind kind : AllScheduleKinds()) {
     for (int ranks : {1, 2, 3, 4, 5, 8}) {
-      for (int microbatches : {1, 2, 3, 4, 7, 8, 16}) {
+      for (int microbatches : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 17}) {
         for (int chunks : {1, 2, 3}) {
-          if (kind != ScheduleKind::kInterleaved1F1B && chunks > 1) continue;
-          if (kind == ScheduleKind::kInterleaved1F1B && microbatches % ranks != 0) continue;
-          Expected<Schedule> s = GenerateSchedule(kind, ranks, ranks * chunks, microbatches);
+          const StageLayout layout = LayoutOf(kind);
+          if (layout != StageLayout::kLoop && chunks > 1) continue;
+          if (!CheckMicrobatchCount(kind, ranks, microbatches).ok()) continue;
+          const int stages = StageCount(kind, ranks, chunks);
+          Expected<Schedule> s = GenerateSchedule(kind, ranks, stages, microbatches);
           ASSERT_TRUE(s.ok()) << s.status().message();
+          EXPECT_EQ(s->stage_rank, PlaceStages(kind, ranks, stages));
           const std::string shape = std::string(ScheduleName(kind)) + " K=" + std::to_string(ranks) +
                                     " v=" + std::to_string(chunks) + " M=" + std::to_string(microbatches);
           const Status valid = ValidateSchedule(*s, Lowering::kComputeOnly);
           EXPECT_TRUE(valid.ok()) << shape << ": " << valid.message();
           const Status ran = DryRun(*s);
           EXPECT_TRUE(ran.ok()) << shape << ": " << ran.message();
+          ++shapes;
         }
       }
     }
   }
+  EXPECT_GT(shapes, 400);
 }
 
 TEST(Generators, ClosedFormsMatchTheLists) {
@@ -114,9 +122,14 @@ TEST(Generators, ClosedFormsMatchTheLists) {
 
 TEST(Generators, RefuseShapesTheyCannotTake) {
   const auto message = [](Expected<Schedule> s) { return s.ok() ? std::string("ok") : s.status().message(); };
-  EXPECT_NE(message(GenerateSchedule(ScheduleKind::kInterleaved1F1B, 4, 8, 6)).find("multiple of the 4 ranks"),
+  EXPECT_NE(message(GenerateSchedule(ScheduleKind::kInterleaved1F1B, 4, 8, 9)).find("M = 9 on 4 ranks is 2 rounds, which do not divide it; try 8 or 10"),
             std::string::npos);
-  EXPECT_NE(message(GenerateSchedule(ScheduleKind::kInterleaved1F1B, 4, 6, 8)).find("whole number of stages per rank"),
+  EXPECT_EQ(message(GenerateSchedule(ScheduleKind::kInterleaved1F1B, 4, 8, 6)), "ok");  // one round of 6
+  EXPECT_NE(message(GenerateSchedule(ScheduleKind::kInterleaved1F1B, 4, 6, 8)).find("the same number of stages on every rank"),
+            std::string::npos);
+  EXPECT_NE(message(GenerateSchedule(ScheduleKind::kZbV, 2, 6, 8)).find("exactly two stages per rank (2K = 4 stages"),
+            std::string::npos);
+  EXPECT_NE(message(GenerateSchedule(ScheduleKind::kDualPipeV, 3, 6, 5)).find("at least as many micro-batches as its 2K = 6 stages"),
             std::string::npos);
   EXPECT_NE(message(GenerateSchedule(ScheduleKind::k1F1B, 4, 8, 8)).find("one stage per rank"), std::string::npos);
   EXPECT_NE(message(GenerateSchedule(ScheduleKind::kGpipe, 0, 0, 8)).find("at least one rank"), std::string::npos);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "core/schedule/generators.h"
+#include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
 
 namespace gpipe {
@@ -40,8 +41,8 @@ TEST(AddCommunication, EveryGeneratedShapeValidatesAndRuns) {
   for (ScheduleKind kind : AllScheduleKinds()) {
     for (int ranks : {1, 2, 4}) {
       for (int microbatches : {4, 8}) {
-        const int stages = kind == ScheduleKind::kInterleaved1F1B ? 2 * ranks : ranks;
-        Expected<Schedule> s = GenerateSchedule(kind, ranks, stages, microbatches);
+        if (!CheckMicrobatchCount(kind, ranks, microbatches).ok()) continue;
+        Expected<Schedule> s = GenerateSchedule(kind, ranks, StageCount(kind, ranks, 2), microbatches);
         ASSERT_TRUE(s.ok());
         const Schedule lowered = AddCommunication(*s);
         const Status valid = ValidateSchedule(lowered, Lowering::kWithCommunication);

@@ -2,6 +2,7 @@
 
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
+#include "core/schedule/placement.h"
 #include "core/schedule/schedule.h"
 
 namespace gpipe {
@@ -10,8 +11,7 @@ namespace {
 TEST(ScheduleText, RoundTripsEveryGeneratedSchedule) {
   for (ScheduleKind kind : AllScheduleKinds()) {
     for (int ranks : {1, 2, 3, 4}) {
-      const int stages = kind == ScheduleKind::kInterleaved1F1B ? 3 * ranks : ranks;
-      Expected<Schedule> s = GenerateSchedule(kind, ranks, stages, 2 * ranks);
+      Expected<Schedule> s = GenerateSchedule(kind, ranks, StageCount(kind, ranks, 3), 2 * ranks);
       ASSERT_TRUE(s.ok());
       for (const Schedule& schedule : {*s, AddCommunication(*s)}) {
         const std::string text = ScheduleToText(schedule);

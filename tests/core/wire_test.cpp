@@ -10,6 +10,7 @@
 
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
+#include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
 
 namespace gpipe {
@@ -28,9 +29,8 @@ TEST(Wire, EveryScheduleCompletesUnderNcclRulesAsTheExecutorPostsIt) {
   for (ScheduleKind kind : AllScheduleKinds()) {
     for (int ranks = 2; ranks <= 4; ++ranks) {
       for (int m = 1; m <= 8; ++m) {
-        const int stages = kind == ScheduleKind::kInterleaved1F1B ? 2 * ranks : ranks;
-        Expected<Schedule> compute = GenerateSchedule(kind, ranks, stages, m);
-        if (!compute.ok()) continue;  // e.g. interleaved needs M to divide by K
+        Expected<Schedule> compute = GenerateSchedule(kind, ranks, StageCount(kind, ranks, 2), m);
+        if (!compute.ok()) continue;  // e.g. dualpipe-v needs M >= 2K
         ++checked;
         const Schedule s = AddCommunication(*compute);
         const Status status = CheckWireOnNccl(s);
@@ -38,7 +38,9 @@ TEST(Wire, EveryScheduleCompletesUnderNcclRulesAsTheExecutorPostsIt) {
       }
     }
   }
-  EXPECT_EQ(checked, 3 * 3 * 8 + 8);  // interleaved needs K | M: 4 + 2 + 2 of its 24
+  // gpipe, 1f1b, zb-h1 and zb-v take every M (4 x 24); the interleaved kinds all but K=2 M=5,7
+  // and K=3 M=7 (PyTorch's rounds: 2 x 21); dualpipe-v M >= 2K (5 + 3 + 1).
+  EXPECT_EQ(checked, 4 * 24 + 2 * 21 + 9);
 }
 
 TEST(Wire, TheDesignBeforeLanesDeadlocksOn1F1BSteadyState) {
