@@ -27,13 +27,14 @@ const std::vector<CommandEntry>& Commands() {
       {"compare", "Line up a plan's prediction with a run of it: where and why they differ", MakeCompareCommand},
       {"calibrate", "Fit overheads, links and compute slowdown from run records; write a cluster", MakeCalibrateCommand},
       {"validate", "Plan, run and compare a matrix of configurations here: how good the predictions are", MakeValidateCommand},
+      {"export", "Write a plan as PyTorch's schedule CSV and split points, or as Megatron's layout", MakeExportCommand},
   };
   return commands;
 }
 
 int RunCli(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
   CLI::App app{"gpipe-plan: plan, simulate and run pipeline-parallel training (GPipe, 1F1B, "
-               "interleaved 1F1B, ZB-H1)", "gpipe-plan"};
+               "interleaved 1F1B, ZB-H1, interleaved zero bubble, ZB-V, DualPipeV)", "gpipe-plan"};
   app.require_subcommand(1, 1);
   app.set_version_flag("--version", "gpipe-plan 0.1.0");
   app.footer(

@@ -63,5 +63,6 @@ std::unique_ptr<Command> MakeProfileLinksCommand(CLI::App& app);
 std::unique_ptr<Command> MakeCompareCommand(CLI::App& app);
 std::unique_ptr<Command> MakeCalibrateCommand(CLI::App& app);
 std::unique_ptr<Command> MakeValidateCommand(CLI::App& app);
+std::unique_ptr<Command> MakeExportCommand(CLI::App& app);
 
 }  // namespace gpipe::cli

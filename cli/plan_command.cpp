@@ -33,8 +33,8 @@ class PlanCommand : public Command {
     app.add_option("--stages", stages_, "Pin K, the ranks of one pipeline");
     app.add_option("--replicas", replicas_, "Pin D, the data-parallel copies of the pipeline");
     app.add_option("--microbatches", microbatches_, "Pin M, micro-batches per replica and step");
-    app.add_option("--schedule", schedule_, "Pin the schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1");
-    app.add_option("--chunks", chunks_, "Pin v, stages per rank of interleaved-1f1b");
+    app.add_option("--schedule", schedule_, "Pin the schedule: gpipe, 1f1b, interleaved-1f1b, zb-h1, interleaved-zb, zb-v, dualpipe-v");
+    app.add_option("--chunks", chunks_, "Pin v, stages per rank of interleaved-1f1b and interleaved-zb (zb-v and dualpipe-v: 2)");
     app.add_option("--remat", remat_,
                    "Rematerialization (recompute a forward in the backward instead of keeping activations): auto (by "
                    "layer: a stage recomputes the fewest of its first layers that make it fit, only where memory "

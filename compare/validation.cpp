@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compare/compare.h"
+#include "core/schedule/placement.h"
 #include "core/text.h"
 #include "core/units.h"
 
@@ -24,7 +25,8 @@ std::vector<ValidationConfig> ValidationMatrix(const std::vector<int>& stages, c
       if (global_batch % m != 0) continue;
       for (size_t i = 0; i < schedules.size(); ++i) {
         if (k == 1 && i > 0) continue;  // one rank: the schedules coincide
-        if (schedules[i] == ScheduleKind::kInterleaved1F1B && (k < 2 || m % k != 0)) continue;
+        if (LayoutOf(schedules[i]) != StageLayout::kOnePerRank && k < 2) continue;
+        if (!CheckMicrobatchCount(schedules[i], k, m).ok()) continue;
         for (RematPolicy r : remat) {
           ValidationConfig c;
           c.stages = k;

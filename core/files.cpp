@@ -6,6 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
 
 namespace gpipe {
 namespace {
@@ -53,6 +56,33 @@ Status WriteFileAtomically(const std::string& path, const std::string& contents)
     return Status::Invalid(path + ": cannot rename " + tmp + " over it: " + error.message());
   }
   return Status::Ok();
+}
+
+Expected<std::string> ReadTextFile(const std::string& path, const std::string& what) {
+  // A file that is not a regular one (a device, a pipe) is read up to this size: a path such as
+  // /dev/zero must end in an error, not fill the memory.
+  constexpr size_t kMaxStreamBytes = size_t{256} << 20;
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) return Status::Invalid(path + ": is a directory; give the path of " + what);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Invalid(path + ": cannot open the file (does it exist and is it readable?)");
+  std::string text;
+  if (std::filesystem::is_regular_file(status)) {
+    std::stringstream buffer;
+    buffer << in.rdbuf();
+    text = std::move(buffer).str();
+  } else {
+    std::vector<char> chunk(size_t{1} << 16);
+    while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
+      text.append(chunk.data(), static_cast<size_t>(in.gcount()));
+      if (text.size() > kMaxStreamBytes) {
+        return Status::Invalid(path + ": more than 256 MiB and not a regular file; give the path of " + what);
+      }
+    }
+  }
+  if (in.bad()) return Status::Invalid(path + ": read error");
+  return text;
 }
 
 }  // namespace gpipe

@@ -11,4 +11,8 @@ namespace gpipe {
 /// Replaces the file at `path` with `contents`; the error names the path and the likely cause.
 Status WriteFileAtomically(const std::string& path, const std::string& contents);
 
+/// The whole file at `path` (a regular file, or a stream such as /dev/stdin up to 256 MiB); errors
+/// name the path and say what to give instead ("give the path of `what`", e.g. "a JSON file").
+Expected<std::string> ReadTextFile(const std::string& path, const std::string& what);
+
 }  // namespace gpipe

@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/files.h"
 #include "core/suggest.h"
 #include "core/text.h"
 #include "core/units.h"
@@ -16,9 +17,6 @@ namespace gpipe {
 
 namespace {
 
-// A file that is not a regular one (a device, a pipe) is read up to this size: a path such as
-// /dev/zero must end in an error, not fill the memory.
-constexpr size_t kMaxStreamBytes = size_t{256} << 20;
 
 // Python's json module writes NaN, Infinity and -Infinity unless told not to; JSON has none of
 // them. A hint when the parser stopped on one (it stops a character or two into the word).
@@ -168,29 +166,9 @@ Expected<nlohmann::json> ParseJson(std::string_view text, const std::string& whe
 }
 
 Expected<nlohmann::json> LoadJsonFile(const std::string& path) {
-  std::error_code error;
-  const std::filesystem::file_status status = std::filesystem::status(path, error);
-  if (std::filesystem::is_directory(status)) {
-    return Status::Invalid(path + ": is a directory; give the path of a JSON file");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Invalid(path + ": cannot open the file (does it exist and is it readable?)");
-  std::string text;
-  if (std::filesystem::is_regular_file(status)) {
-    std::stringstream buffer;
-    buffer << in.rdbuf();
-    text = std::move(buffer).str();
-  } else {
-    std::vector<char> chunk(size_t{1} << 16);
-    while (in.read(chunk.data(), static_cast<std::streamsize>(chunk.size())) || in.gcount() > 0) {
-      text.append(chunk.data(), static_cast<size_t>(in.gcount()));
-      if (text.size() > kMaxStreamBytes) {
-        return Status::Invalid(path + ": more than 256 MiB and not a regular file; give the path of a JSON file");
-      }
-    }
-  }
-  if (in.bad()) return Status::Invalid(path + ": read error");
-  return ParseJson(text, path);
+  Expected<std::string> text = ReadTextFile(path, "a JSON file");
+  if (!text.ok()) return text.status();
+  return ParseJson(*text, path);
 }
 
 std::string Describe(const nlohmann::json& value) {

@@ -12,7 +12,7 @@ void BranchAndBound::Leaf() {
   plan.stages.clear();
   int first = 0;
   for (int s = 0; s < stages_; ++s) {
-    plan.stages.push_back(StagePlan::Of(first, ends_[s], s % p_.ranks, recomputed_[s]));
+    plan.stages.push_back(StagePlan::Of(first, ends_[s], stage_rank_[s], recomputed_[s]));
     first = ends_[s];
   }
   Expected<CostModel> costs = BuildCostModel(plan);

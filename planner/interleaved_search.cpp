@@ -30,8 +30,10 @@ double InterleavedSearch::RootBound() const {
   input.table = &table_;
   const double message = min_output_from_[0];  // the smallest any boundary can carry
   for (int s = 0; s + 1 < stages_; ++s) {
-    const int from = s % p_.ranks, to = (s + 1) % p_.ranks;
-    input.hop_ms.push_back(std::min(links_[from][to].TransferMs(message), links_[to][from].TransferMs(message)));
+    const int from = stage_rank_[s], to = stage_rank_[s + 1];
+    // (the turn of a V stays on its rank: no message)
+    input.hop_ms.push_back(from == to ? 0.0
+                                      : std::min(links_[from][to].TransferMs(message), links_[to][from].TransferMs(message)));
   }
   input.hop_ms.push_back(0.0);
   if (p_.replicas > 1) {
@@ -62,7 +64,7 @@ Expected<PartitionResult> InterleavedSearch::Run() {
 
 void InterleavedSearch::Dfs(int s, int a) {
   if (!CountNode()) return;
-  const int rank = s % p_.ranks;
+  const int rank = stage_rank_[s];
   const bool last = s == stages_ - 1;
   const int max_end = layers_ - (stages_ - 1 - s);
   const double m = p_.microbatches;
@@ -71,9 +73,13 @@ void InterleavedSearch::Dfs(int s, int a) {
     if (last && e < max_end) continue;
     ends_[s] = e;
     const double work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
+    // Stages 0..K-1 are on ranks 0..K-1 in a loop and in a V alike. With split backwards the
+    // tail is of input gradients (B - W, as the contiguous search bounds I), and it follows the
+    // rank's forwards and input gradients only: its W passes may run meanwhile.
+    const double input_work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e) - table_.WeightMs(a, e);
     if (s + 1 < p_.ranks) {
       head_[s + 1] = head_[s] + table_.ForwardMs(a, e);
-      tail_[s + 1] = tail_[s] + table_.BackwardMs(a, e);
+      tail_[s + 1] = tail_[s] + (split_ ? table_.BackwardMs(a, e) - table_.WeightMs(a, e) : table_.BackwardMs(a, e));
     }
     const double static_bytes = table_.StaticBytes(a, e);
     const double activation = table_.ActivationBytes(a, e);
@@ -84,19 +90,24 @@ void InterleavedSearch::Dfs(int s, int a) {
       break;  // grows with e
     }
     rank_work_[rank] += work;
+    rank_input_work_[rank] += input_work;
     rank_static_[rank] += static_bytes;
     const double previous_activation = rank_activation_[rank];
     rank_activation_[rank] = std::max(previous_activation, activation);
     double bound = average;
-    for (int r = 0; r < p_.ranks && r <= s; ++r) bound = std::max(bound, head_[r] + m * rank_work_[r] + tail_[r]);
+    for (int r = 0; r < p_.ranks && r <= s; ++r) {
+      bound = std::max(bound, split_ ? std::max(head_[r] + m * rank_work_[r], head_[r] + m * rank_input_work_[r] + tail_[r])
+                                     : head_[r] + m * rank_work_[r] + tail_[r]);
+    }
     if (bound < Cutoff()) {
-      if (s >= stages_ - p_.ranks) {
+      if (s == rank_stages_[rank].back()) {
         CompleteRank(rank, s, last);
       } else {
         Dfs(s + 1, e);
       }
     }
     rank_work_[rank] -= work;
+    rank_input_work_[rank] -= input_work;
     rank_static_[rank] -= static_bytes;
     rank_activation_[rank] = previous_activation;
     if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
@@ -105,7 +116,9 @@ void InterleavedSearch::Dfs(int s, int a) {
 
 LayerRanges InterleavedSearch::RankLayers(int rank, int s, int a, int e) const {
   LayerRanges ranges;
-  for (int t = rank; t < s; t += p_.ranks) ranges.emplace_back(t == 0 ? 0 : ends_[t - 1], ends_[t]);
+  for (int t : rank_stages_[rank]) {
+    if (t < s) ranges.emplace_back(t == 0 ? 0 : ends_[t - 1], ends_[t]);
+  }
   ranges.emplace_back(a, e);
   return ranges;
 }
@@ -128,7 +141,7 @@ void InterleavedSearch::SeedIncumbent() {
   std::vector<int> ends(stages_);
   if (!b || !split(b->hi, &ends)) return;
   ends_ = ends;
-  for (int r = 0; r < p_.ranks; ++r) CompleteRank(r, stages_ - p_.ranks + r, false, /*seed=*/true);
+  for (int r = 0; r < p_.ranks; ++r) CompleteRank(r, rank_stages_[r].back(), false, /*seed=*/true);
   Leaf();
 }
 
@@ -146,7 +159,7 @@ void InterleavedSearch::CompleteRank(int rank, int s, bool last, bool seed) {
     double static_bytes = 0;
     LayerRanges ranges;
     for (int c = 0; c < p_.chunks; ++c) {
-      const int t = c * p_.ranks + rank;
+      const int t = rank_stages_[rank][c];
       costs[c] = table_.Stage(firsts[t], ends_[t], (mask >> c) & 1);
       static_bytes += costs[c].static_bytes;
       pointers.push_back(&costs[c]);
@@ -160,7 +173,7 @@ void InterleavedSearch::CompleteRank(int rank, int s, bool last, bool seed) {
   for (int mask : fitting) {
     if (OutOfBudget()) return;
     for (int c = 0; c < p_.chunks; ++c) {
-      const int t = c * p_.ranks + rank;
+      const int t = rank_stages_[rank][c];
       recomputed_[t] = ((mask >> c) & 1) != 0 ? ends_[t] - firsts[t] : 0;
     }
     if (seed) return;

@@ -1,10 +1,13 @@
-// The exact partition search for interleaved 1F1B: v stages (chunks) per rank, stage s on rank
-// s mod K, placed depth-first in stage order (see partition.h for what it proves).
+// The exact partition search for several stages (chunks) per rank: v per rank in a loop (stage s
+// on rank s mod K: interleaved 1F1B and zero bubble) or two in a V (stages s and 2K-1-s on rank s:
+// zb-v, dualpipe-v), placed depth-first in stage order (see partition.h for what it proves).
 //   - remat: once a rank's last chunk is placed, every set of its chunks to rematerialize that the
 //     policy allows, fits, and has no fitting subset;
 //   - bounds, each times M: the busiest rank's work so far plus the wait before its first forward
-//     (the stages of the first round before it) and after its last backward (the same stages'
-//     backwards); and the average work;
+//     (the stages before its first, which are on ranks 0..r-1 in a loop and a V alike) and after
+//     its last backward (the same stages' backwards; with split backwards their input gradients,
+//     after the rank's forwards and input gradients only, as its W passes may run meanwhile);
+//     and the average work;
 //   - memory: a rank holds its chunks' static bytes throughout, and each chunk's activations at
 //     some moment (stashed, or recomputed under remat), so a rank whose placed chunks already
 //     exceed the limit that way is abandoned.
@@ -29,7 +32,7 @@ class InterleavedSearch : public BranchAndBound {
   Expected<PartitionResult> Run();
 
  private:
-  // Places stage s on rank s mod K starting at layer a.
+  // Places stage s on its rank starting at layer a.
   void Dfs(int s, int a);
   // The layers of `rank`'s chunks before stage s (as ends_ places them) and [a, e).
   LayerRanges RankLayers(int rank, int s, int a, int e) const;
@@ -42,6 +45,9 @@ class InterleavedSearch : public BranchAndBound {
   // Work, static bytes and the largest chunk activation placed per rank; the first round's
   // forwards and backwards before each rank (head_[r], tail_[r]).
   std::vector<double> rank_work_ = std::vector<double>(p_.ranks, 0.0);
+  // With split backwards: forwards and input gradients (B - W) only, which come before the rank's
+  // last input gradient; its W passes may come after.
+  std::vector<double> rank_input_work_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> rank_static_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> rank_activation_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> head_ = std::vector<double>(p_.ranks, 0.0);

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "core/profile_sizes.h"
+#include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
@@ -37,8 +38,8 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
   PartitionProblem problem;
   problem.profile = &profile;
   problem.cluster = &cluster;
-  problem.schedule = request.schedule && *request.schedule != ScheduleKind::kInterleaved1F1B ? *request.schedule
-                                                                                             : ScheduleKind::k1F1B;
+  problem.schedule = request.schedule && LayoutOf(*request.schedule) == StageLayout::kOnePerRank ? *request.schedule
+                                                                                                : ScheduleKind::k1F1B;
   // The search tries only GPipe on one rank unless a schedule is pinned (search.cpp); so does
   // this, so that the least memory is that of a plan the search would return.
   if (ranks == 1 && !request.schedule) problem.schedule = ScheduleKind::kGpipe;

@@ -61,6 +61,8 @@ Status CheckProblem(const PartitionProblem& problem) {
   }
   GPIPE_RETURN_IF_ERROR(CheckPipelineShape(problem.global_batch, problem.ranks, problem.replicas, problem.microbatches,
                                            problem.cluster->devices));
+  GPIPE_RETURN_IF_ERROR(CheckStageCount(problem.schedule, problem.ranks, stages));
+  GPIPE_RETURN_IF_ERROR(CheckMicrobatchCount(problem.schedule, problem.ranks, problem.microbatches));
   if (SplitsBackward(problem.schedule)) {
     for (int l = 0; l < layers; ++l) {
       if (!problem.profile->layers[l].backward_weight_ms) {

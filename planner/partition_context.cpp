@@ -18,8 +18,11 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
       skeleton_(PlanSkeleton(problem)),
       layers_(table_.num_layers()),
       stages_(problem.ranks * problem.chunks),
+      stage_rank_(PlaceStages(problem.schedule, problem.ranks, stages_)),
+      rank_stages_(problem.ranks),
       split_(SplitsBackward(problem.schedule)) {
   const int ranks = p_.ranks;
+  for (int s = 0; s < stages_; ++s) rank_stages_[stage_rank_[s]].push_back(s);
   forwards_first_.assign(ranks, 0);
   in_flight_.assign(ranks, 0);
   if (p_.chunks == 1) {

@@ -63,7 +63,11 @@ class PartitionContext {
   const StepEvaluator* evaluator_ = nullptr;
   int layers_;
   int stages_;
-  bool split_;  // zb-h1: the backward splits into input and weight gradients
+  // The rank of each stage (the schedule's layout: one per rank, a loop or a V), and each rank's
+  // stages in stage order.
+  std::vector<int> stage_rank_;
+  std::vector<std::vector<int>> rank_stages_;
+  bool split_;  // zero-bubble kinds: backwards split into input and weight gradients
   // One stage per rank only (zero when interleaved): each rank's forwards before its first
   // backward, and the most micro-batches it holds in flight.
   std::vector<int> forwards_first_;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 
+#include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
 #include "core/text.h"
 #include "core/units.h"
@@ -19,7 +20,7 @@ namespace {
 
 std::string Shape(const Plan& plan) {
   std::string text = std::string(ScheduleName(plan.schedule));
-  if (plan.schedule == ScheduleKind::kInterleaved1F1B) {
+  if (LayoutOf(plan.schedule) == StageLayout::kLoop) {
     text += " v=" + std::to_string(plan.num_stages() / plan.num_ranks());
   }
   return text;
@@ -77,6 +78,18 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
          PlacementName(best.plan.placement) + "), remat on " + std::to_string(RematStages(best.plan)) + " of " +
          std::to_string(best.plan.num_stages()) + " stages" +
          (partial > 0 ? " (" + std::to_string(partial) + " of them only their first layers)" : std::string()) + "\n";
+  if (IsNewerSchedule(best.plan.schedule)) {
+    out += ScheduleName(best.plan.schedule) + std::string(" wins: ");
+    if (result.best_older) {
+      const Candidate& older = *result.best_older;
+      out += Format("%.1f%%", 100 * (older.step_time_ms / best.step_time_ms - 1)) + " faster than the best plan of " +
+             "gpipe, 1f1b, interleaved-1f1b and zb-h1 (" + Shape(older.plan) + " K=" + std::to_string(older.plan.num_ranks()) +
+             " D=" + std::to_string(older.plan.replicas) + " M=" + std::to_string(older.plan.microbatches) + ", " +
+             FormatMs(older.step_time_ms) + ")\n";
+    } else {
+      out += "no plan of gpipe, 1f1b, interleaved-1f1b or zb-h1 fits\n";
+    }
+  }
   out += FormatSimSummary(best.plan, costs, sim);
   out += "\nalternatives (none is both faster and smaller than another; within 25% of the best):\n";
   out += "  " + Pad("step", 11) + Pad("samples/s", 10) + Pad("bubble", 7) + Pad("peak memory", 12) +
@@ -120,6 +133,16 @@ nlohmann::json PlanReportJson(const SearchResult& result) {
                             {"peak_memory_bytes", c.peak_memory_bytes}});
   }
   json["alternatives"] = alternatives;
+  if (result.best_older) {
+    const Candidate& older = *result.best_older;
+    json["prediction"]["best_of_older_schedules"] = {{"schedule", ScheduleName(older.plan.schedule)},
+                                                     {"stages", older.plan.num_stages()},
+                                                     {"ranks", older.plan.num_ranks()},
+                                                     {"replicas", older.plan.replicas},
+                                                     {"microbatches", older.plan.microbatches},
+                                                     {"step_time_ms", older.step_time_ms},
+                                                     {"faster_by", older.step_time_ms / best.step_time_ms - 1}};
+  }
   return json;
 }
 

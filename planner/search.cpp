@@ -88,8 +88,9 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
   if (request.schedule) {
     kinds = {*request.schedule};
   } else {
-    kinds = {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kInterleaved1F1B};
-    if (ProfileHasWeightTimes(request.profile)) kinds.push_back(ScheduleKind::kZbH1);
+    for (ScheduleKind kind : AllScheduleKinds()) {
+      if (!SplitsBackward(kind) || ProfileHasWeightTimes(request.profile)) kinds.push_back(kind);
+    }
   }
   for (int replicas = 1; replicas <= devices; ++replicas) {
     if (request.replicas && replicas != *request.replicas) continue;
@@ -99,12 +100,20 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
       for (int microbatches : Divisors(request.global_batch / replicas)) {
         if (request.microbatches && microbatches != *request.microbatches) continue;
         for (ScheduleKind kind : kinds) {
+          if (!CheckMicrobatchCount(kind, ranks, microbatches).ok()) continue;
           std::vector<int> chunk_options = {1};
-          if (kind == ScheduleKind::kInterleaved1F1B) {
-            if (ranks < 2 || microbatches % ranks != 0) continue;
-            chunk_options = request.chunks ? std::vector<int>{*request.chunks} : std::vector<int>{2, 4};
-          } else if (request.chunks && *request.chunks != 1) {
-            continue;
+          switch (LayoutOf(kind)) {
+            case StageLayout::kLoop:
+              if (ranks < 2) continue;
+              chunk_options = request.chunks ? std::vector<int>{*request.chunks} : std::vector<int>{2, 4};
+              break;
+            case StageLayout::kV:
+              chunk_options = {2};  // 2K stages
+              if (request.chunks && *request.chunks != 2) continue;
+              break;
+            case StageLayout::kOnePerRank:
+              if (request.chunks && *request.chunks != 1) continue;
+              break;
           }
           // One rank: the schedules coincide; keep one.
           if (ranks == 1 && kind != ScheduleKind::kGpipe && !request.schedule) continue;
@@ -191,8 +200,9 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   std::map<int64_t, Profile> sized_profiles;  // outlives `problems`, which point into it
   std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles);
   if (problems.empty()) {
-    return Status::Usage("no configuration satisfies the pinned dimensions (interleaved-1f1b needs K >= 2, M a "
-                         "multiple of K and at least 2K layers; M must divide the batch per replica)");
+    return Status::Usage("no configuration satisfies the pinned dimensions (the interleaved schedules need K >= 2 and "
+                         "M in max(1, M/K) equal rounds, dualpipe-v M >= 2K; every stage needs a layer, so S <= layers; "
+                         "M must divide the batch per replica)");
   }
   // Best-first over the configurations: each is queued under its cheap bound; popped, it gets
   // its partition's lower bound and is queued again under that; popped again, it is searched.
@@ -234,12 +244,21 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   SearchResult out;
   out.configurations = problems.size();
   double best = kInfinity;
+  // The older schedules' configurations are pruned against the best plan among them, so that
+  // when a newer schedule wins, the report can say by how much (their search costs what it did
+  // before the newer ones existed); the newer ones against the best of all.
+  double best_older = kInfinity;
+  const auto cutoff = [&](const PartitionProblem& problem) { return IsNewerSchedule(problem.schedule) ? best : best_older; };
   std::vector<Candidate> found;
   const auto keep = [&](const PartitionResult& result) -> Status {
     if (!result.plan) return Status::Ok();
     Expected<Candidate> candidate = Evaluate(*result.plan, result.proven_optimal);
     if (!candidate.ok()) return candidate.status();
     best = std::min(best, candidate->step_time_ms);
+    if (!IsNewerSchedule(candidate->plan.schedule) && candidate->step_time_ms < best_older) {
+      best_older = candidate->step_time_ms;
+      out.best_older = *candidate;
+    }
     found.push_back(std::move(*candidate));
     return Status::Ok();
   };
@@ -260,19 +279,24 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       request.progress(problems.size() - queue.size() - 1, problems.size(), best);
       last_report = std::chrono::steady_clock::now();
     }
-    if (entry.bound >= best * kAlternatives) {
+    if (entry.bound >= std::max(best, best_older) * kAlternatives) {
       out.skipped_by_bound += queue.size() + 1;
       queue = {};  // none can beat the best
       break;
     }
+    if (entry.bound >= cutoff(problem) * kAlternatives) {
+      ++out.skipped_by_bound;  // a newer schedule that cannot come near the best
+      lower(entry.bound, problem, " (its lower bound)");
+      continue;
+    }
     if (!entry.partition_bound) {
-      problem.cutoff_ms = best;  // a bound need not be computed past the best step found
+      problem.cutoff_ms = cutoff(problem);  // a bound need not be computed past the best step found
       const double bound = PartitionLowerBound(problem);
       problem.cutoff_ms = kInfinity;  // (a search of it for the alternatives below seeks any plan)
       queue.push({std::max(entry.bound, bound), true, entry.index});
       continue;
     }
-    if (entry.bound >= best) {
+    if (entry.bound >= cutoff(problem)) {
       // It cannot win, but its first plan (the search's seed, one node) may trade speed for
       // memory: keep it for the alternatives.
       problem.max_nodes = 1;
@@ -282,9 +306,14 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       ++out.skipped_by_bound;
       continue;
     }
-    // Interleaved searches have weaker bounds; they get a hundredth of the budget.
-    if (problem.chunks > 1) problem.max_nodes = std::max<int64_t>(1, request.max_nodes / 100);
-    problem.cutoff_ms = best;
+    // Searches with several stages per rank have weaker bounds; they get a hundredth of the
+    // budget, and the newer schedules, unless pinned, a thousandth (their memory frontiers cost
+    // more per node: 1,024 layers on 32 devices took 39 s with a hundredth, against 1 s without them).
+    if (problem.chunks > 1) {
+      const int64_t share = IsNewerSchedule(problem.schedule) && !request.schedule ? 1000 : 100;
+      problem.max_nodes = std::max<int64_t>(1, request.max_nodes / share);
+    }
+    problem.cutoff_ms = cutoff(problem);
     Expected<PartitionResult> result = FindBestPartition(problem);
     ++out.searched;
     if (!result.ok()) {
@@ -342,6 +371,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     return a.step_time_ms != b.step_time_ms ? a.step_time_ms < b.step_time_ms : a.peak_memory_bytes < b.peak_memory_bytes;
   });
   if (!found.empty()) out.best = found.front();
+  if (!out.best || !IsNewerSchedule(out.best->plan.schedule)) out.best_older.reset();
   double least_memory = kInfinity;
   for (Candidate& c : found) {
     if (c.peak_memory_bytes < least_memory) {

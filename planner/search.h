@@ -93,6 +93,10 @@ struct SearchResult {
   /// whole-stage remat (1F1B, one stage per device, one sample per micro-batch:
   /// planner/min_devices.h), which fits.
   bool best_is_least_memory = false;
+  /// When a newer schedule (interleaved-zb, zb-v, dualpipe-v) has the best plan: the fastest plan
+  /// of the older ones (gpipe, 1f1b, interleaved-1f1b, zb-h1) that fits, searched as if the newer
+  /// ones did not exist; empty when none fits (or the best is an older schedule).
+  std::optional<Candidate> best_older;
 };
 
 /// best / lower_bound - 1, as SearchResult::gap (0 when they agree to 1e-9, infinity when best is).

@@ -102,4 +102,8 @@ bool SplitsBackward(ScheduleKind kind) {
          kind == ScheduleKind::kDualPipeV;
 }
 
+bool IsNewerSchedule(ScheduleKind kind) {
+  return kind == ScheduleKind::kInterleavedZb || kind == ScheduleKind::kZbV || kind == ScheduleKind::kDualPipeV;
+}
+
 }  // namespace gpipe

@@ -48,4 +48,8 @@ int MicrobatchesPerRound(int ranks, int microbatches);
 /// interleaved-zb and zb-v always, dualpipe-v for part of its micro-batches.
 bool SplitsBackward(ScheduleKind kind);
 
+/// The schedules torch.distributed.pipelining added after GPipe, 1F1B, interleaved 1F1B and ZB-H1:
+/// interleaved-zb, zb-v, dualpipe-v (the planner says how much they win by).
+bool IsNewerSchedule(ScheduleKind kind);
+
 }  // namespace gpipe

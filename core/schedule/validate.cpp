@@ -239,7 +239,35 @@ Expected<Schedule> BuildSchedule(const Plan& plan) {
   Expected<Schedule> compute =
       GenerateSchedule(plan.schedule, plan.num_ranks(), plan.num_stages(), plan.microbatches);
   if (!compute.ok()) return compute.status();
-  Schedule schedule = AddCommunication(*compute);
+  return BuildSchedule(plan, *compute);
+}
+
+Expected<Schedule> BuildSchedule(const Plan& plan, const Schedule& given) {
+  if (given.num_ranks() != plan.num_ranks()) {
+    return Status::Invalid("schedule: has " + std::to_string(given.num_ranks()) + " ranks, the plan " +
+                           std::to_string(plan.num_ranks()));
+  }
+  if (given.num_microbatches != plan.microbatches) {
+    return Status::Invalid("schedule: runs " + std::to_string(given.num_microbatches) + " micro-batches, the plan " +
+                           std::to_string(plan.microbatches));
+  }
+  const std::vector<int> ranks = plan.StageRanks();
+  if (given.num_stages() != plan.num_stages()) {
+    return Status::Invalid("schedule: has " + std::to_string(given.num_stages()) + " stages, the plan " +
+                           std::to_string(plan.num_stages()));
+  }
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    if (given.stage_rank[s] != ranks[s]) {
+      return Status::Invalid("schedule: stage " + std::to_string(s) + " runs on rank " +
+                             std::to_string(given.stage_rank[s]) + ", the plan puts it on rank " + std::to_string(ranks[s]));
+    }
+  }
+  bool lowered = false;
+  for (const auto& actions : given.ranks) {
+    for (const Action& a : actions) lowered = lowered || !IsCompute(a.op);
+  }
+  if (!lowered) GPIPE_RETURN_IF_ERROR(ValidateSchedule(given, Lowering::kComputeOnly));
+  const Schedule schedule = lowered ? given : AddCommunication(given);
   GPIPE_RETURN_IF_ERROR(ValidateSchedule(schedule, Lowering::kWithCommunication));
   GPIPE_RETURN_IF_ERROR(DryRun(schedule));
   return schedule;

@@ -21,5 +21,9 @@ Status DryRun(const Schedule& schedule);
 /// Generate, lower, validate and dry-run: the schedule that the simulator and executor walk.
 struct Plan;
 Expected<Schedule> BuildSchedule(const Plan& plan);
+/// The same for a schedule given from outside (e.g. PyTorch's CSV): its stages must sit on the
+/// plan's ranks and it must have the plan's M; a compute-only one is lowered. Errors name the
+/// stage or micro-batch; a deadlock shows the rank-by-action grid.
+Expected<Schedule> BuildSchedule(const Plan& plan, const Schedule& given);
 
 }  // namespace gpipe

@@ -90,10 +90,10 @@ const Row kRows[] = {
      "GB, ...)\n(run 'gpipe-plan plan --help' for usage)\n"},
     {{"simulat", "plan.json"}, kExitUsage,
      "gpipe-plan: unknown subcommand \"simulat\"; known: plan, simulate, run, profile, profile-links, compare, calibrate, "
-     "validate; did you mean \"simulate\"?\n(run 'gpipe-plan --help' for usage)\n"},
+     "validate, export; did you mean \"simulate\"?\n(run 'gpipe-plan --help' for usage)\n"},
     {{"plan.json"}, kExitUsage,
      "gpipe-plan: unknown subcommand \"plan.json\"; known: plan, simulate, run, profile, profile-links, compare, "
-     "calibrate, validate\n(run 'gpipe-plan --help' for usage)\n"},
+     "calibrate, validate, export\n(run 'gpipe-plan --help' for usage)\n"},
     // Flags that need one another: a command-line error in every subcommand, LibTorch or not.
     {{"run", "{source}/profiles/plans/tiny-gpt-gpipe.json", "--model", "{source}/models/tiny-gpt.json",
       "--checkpoint-every", "5"}, kExitUsage,

@@ -90,12 +90,11 @@ using Case = std::tuple<ScheduleKind, int, int, bool>;  // schedule, K, M, remat
 
 class EquivalenceTest : public ::testing::TestWithParam<Case> {};
 
-// The case's plan of a 6-block tiny GPT cut evenly (interleaved: two chunks per rank), or why it
-// cannot be built (interleaved needs M a multiple of K).
+// The case's plan of a 6-block tiny GPT cut evenly (interleaved: two chunks per rank; V-shaped:
+// two stages per rank), or why it cannot be built (dualpipe-v needs M >= 2K).
 Expected<Plan> CasePlan(const Case& c, const ModelSpec& model, int64_t global_batch) {
   const auto [schedule, ranks, microbatches, remat] = c;
-  const int chunks = schedule == ScheduleKind::kInterleaved1F1B ? 2 : 1;
-  Plan plan = EvenPlan(model.num_layers(), schedule, ranks, chunks, microbatches, /*replicas=*/1, global_batch, remat,
+  Plan plan = EvenPlan(model.num_layers(), schedule, ranks, /*chunks=*/2, microbatches, /*replicas=*/1, global_batch, remat,
                        Optimizer::kSgd);
   const Expected<Schedule> shape = BuildSchedule(plan);
   if (!shape.ok()) return shape.status();
@@ -117,8 +116,7 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, EquivalenceTest,
-                         ::testing::Combine(::testing::Values(ScheduleKind::kGpipe, ScheduleKind::k1F1B,
-                                                              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1),
+                         ::testing::Combine(::testing::ValuesIn(AllScheduleKinds()),
                                             ::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2, 4, 8),
                                             ::testing::Bool()),
                          CaseName);
@@ -153,8 +151,7 @@ TEST_P(ByLayerRematTest, ParametersMatchOneProcessOnTheWholeBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, ByLayerRematTest,
-                         ::testing::Combine(::testing::Values(ScheduleKind::kGpipe, ScheduleKind::k1F1B,
-                                                              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1),
+                         ::testing::Combine(::testing::ValuesIn(AllScheduleKinds()),
                                             ::testing::Values(1, 2, 3, 4), ::testing::Values(1, 2, 4, 8)),
                          ByLayerCaseName);
 
@@ -172,8 +169,7 @@ TEST_P(NcclWireTest, ParametersMatchOneProcessUnderNcclRules) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchedules, NcclWireTest,
-                         ::testing::Combine(::testing::Values(ScheduleKind::kGpipe, ScheduleKind::k1F1B,
-                                                              ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbH1),
+                         ::testing::Combine(::testing::ValuesIn(AllScheduleKinds()),
                                             ::testing::Values(2, 3, 4), ::testing::Range(1, 9), ::testing::Bool()),
                          CaseName);
 

@@ -5,6 +5,7 @@
 
 #include "core/model.h"
 #include "core/plan.h"
+#include "core/schedule/placement.h"
 
 namespace gpipe::executor::testing {
 
@@ -44,7 +45,8 @@ inline ModelSpec TinyGpt(int blocks, double learning_rate = 0.1) {
   return m;
 }
 
-/// A plan for `layers` layers cut as evenly as possible into K (x chunks, interleaved) stages.
+/// A plan for `layers` layers cut as evenly as possible into the kind's stages (K; K x chunks in a
+/// loop; 2K in a V), placed as the kind places them.
 inline Plan EvenPlan(int layers, ScheduleKind schedule, int ranks, int chunks, int microbatches, int replicas,
                      int64_t global_batch, bool remat, Optimizer optimizer) {
   Plan plan;
@@ -66,12 +68,13 @@ inline Plan EvenPlan(int layers, ScheduleKind schedule, int ranks, int chunks, i
   plan.global_batch = global_batch;
   plan.replicas = replicas;
   plan.optimizer = optimizer;
-  const int stages = ranks * chunks;
+  const int stages = StageCount(schedule, ranks, chunks);
+  const std::vector<int> placed = PlaceStages(schedule, ranks, stages);
   for (int s = 0; s < stages; ++s) {
     StagePlan stage;
     stage.first_layer = layers * s / stages;
     stage.end_layer = layers * (s + 1) / stages;
-    stage.rank = s % ranks;
+    stage.rank = placed[s];
     stage.remat = remat;
     plan.stages.push_back(stage);
   }

@@ -1,5 +1,5 @@
 // The brute force the planner's tests check it against: every contiguous partition of a
-// profile's layers into S stages (stage s on rank s mod K), with every remat choice a policy
+// profile's layers into S stages (placed as the skeleton's schedule places them: placement.h), with every remat choice a policy
 // allows, written out independently of the planner.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/plan.h"
+#include "core/schedule/placement.h"
 #include "planner/partition.h"
 
 namespace gpipe::brute {
@@ -29,12 +30,13 @@ inline void ForEveryPlan(const Plan& skeleton, int ranks, int stages, RematPolic
                          const std::function<void(const Plan&)>& visit) {
   const int layers = skeleton.profile.num_layers();
   std::vector<int> ends(stages), recomputed(stages, 0);
+  const std::vector<int> stage_rank = PlaceStages(skeleton.schedule, ranks, stages);
   Plan plan = skeleton;
   std::function<void(int)> choose = [&](int t) {
     if (t == stages) {
       plan.stages.clear();
       for (int u = 0, begin = 0; u < stages; begin = ends[u], ++u) {
-        plan.stages.push_back(StagePlan::Of(begin, ends[u], u % ranks, recomputed[u]));
+        plan.stages.push_back(StagePlan::Of(begin, ends[u], stage_rank[u], recomputed[u]));
       }
       visit(plan);
       return;

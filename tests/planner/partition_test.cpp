@@ -10,6 +10,7 @@
 #include <functional>
 #include <random>
 
+#include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
@@ -141,6 +142,8 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
       {ScheduleKind::k1F1B, 2, 1, 1},  {ScheduleKind::k1F1B, 3, 1, 1},  {ScheduleKind::k1F1B, 2, 1, 2},
       {ScheduleKind::kZbH1, 2, 1, 1},  {ScheduleKind::kZbH1, 3, 1, 1},  {ScheduleKind::kInterleaved1F1B, 2, 2, 1},
       {ScheduleKind::k1F1B, 4, 1, 1},  {ScheduleKind::kInterleaved1F1B, 2, 2, 2},
+      {ScheduleKind::kInterleavedZb, 2, 2, 1}, {ScheduleKind::kZbV, 2, 2, 1}, {ScheduleKind::kZbV, 2, 2, 2},
+      {ScheduleKind::kDualPipeV, 2, 2, 1},
   };
   for (int trial = 0; trial < trials; ++trial) {
     const int layers = 5 + static_cast<int>(rng() % max_extra_layers);
@@ -148,7 +151,7 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
     const Cluster cluster = RandomCluster(rng);
     for (const Shape& shape : shapes) {
       for (int microbatches : {1, 2, 4}) {
-        if (shape.kind == ScheduleKind::kInterleaved1F1B && microbatches % shape.ranks != 0) continue;
+        if (!CheckMicrobatchCount(shape.kind, shape.ranks, microbatches).ok()) continue;
         PartitionProblem problem;
         problem.profile = &profile;
         problem.cluster = &cluster;

@@ -307,5 +307,43 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
   }
 }
 
+// The papers' memory claims for the V-shaped schedules, on a model of uniform layers cut into
+// 2K chunks of activation a (K stages of 2a for 1F1B):
+//   - ZB-V (Qi et al. 2024, section 6): the same peak activation memory as 1F1B, K micro-batches
+//     of a rank's 2a, on its busiest rank;
+//   - DualPipe (DeepSeek-V3): 2x a chunk's parameters on every rank (the V holds two chunks).
+TEST(Memory, VShapedSchedulesHoldWhatTheirPapersSay) {
+  constexpr double kChunkActivation = 100, kChunkStatic = 1000;
+  for (int ranks : {2, 3, 4}) {
+    for (int microbatches : {2 * ranks, 2 * ranks + 1, 4 * ranks}) {
+      const auto peaks = [&](ScheduleKind kind, int stages, double activation) {
+        CostModel costs = UniformCostModel(ranks, stages, 1.0, 2.0, 0.5);
+        for (StageCost& c : costs.stages) {
+          c.activation_bytes = activation;
+          c.static_bytes = kChunkStatic * 2 * ranks / stages;
+          c.input_bytes = c.output_bytes = 0;
+        }
+        const Schedule schedule = AddCommunication(*GenerateSchedule(kind, ranks, stages, microbatches));
+        std::vector<MemoryPeak> out;
+        for (int r = 0; r < ranks; ++r) out.push_back(RankMemoryPeak(schedule, r, costs.stages));
+        return out;
+      };
+      const std::vector<MemoryPeak> one = peaks(ScheduleKind::k1F1B, ranks, 2 * kChunkActivation);
+      const std::vector<MemoryPeak> v = peaks(ScheduleKind::kZbV, 2 * ranks, kChunkActivation);
+      double most_1f1b = 0, most_v = 0;
+      for (int r = 0; r < ranks; ++r) {
+        most_1f1b = std::max(most_1f1b, one[r].activation_bytes);
+        most_v = std::max(most_v, v[r].activation_bytes);
+      }
+      const std::string at = "K=" + std::to_string(ranks) + " M=" + std::to_string(microbatches);
+      EXPECT_EQ(most_1f1b, ranks * 2 * kChunkActivation) << at;
+      EXPECT_EQ(most_v, most_1f1b) << at;
+      for (const MemoryPeak& rank : peaks(ScheduleKind::kDualPipeV, 2 * ranks, kChunkActivation)) {
+        EXPECT_EQ(rank.static_bytes, 2 * kChunkStatic) << at;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpipe
