@@ -128,5 +128,48 @@ TEST(SimulateCommand, HelpShowsExamplesAndUsageErrorsExitTwo) {
   EXPECT_EQ(Cli({}).code, kExitUsage);
 }
 
+// export writes PyTorch's CSV and the split points; simulate --schedule-csv reads the CSV back to
+// the plan's own prediction; what cannot be said or read is an error naming why.
+TEST(ExportCommand, PytorchCsvRoundTripsThroughSimulate) {
+  const std::string dir = testing::TempDir();
+  const std::string plan = kPlans + "gpt3-13b-8xa100-zb-h1.json";
+  const Outcome exported = Cli({"export", plan, "--format", "pytorch-csv", "-o", dir + "/s.csv"});
+  ASSERT_EQ(exported.code, kExitOk) << exported.err;
+  std::ifstream stages_file(dir + "/s.stages.json");
+  const nlohmann::json stages = nlohmann::json::parse(stages_file);
+  EXPECT_EQ(stages["pytorch_schedule"], "ScheduleInterleavedZeroBubble");
+  EXPECT_EQ(stages["csv_format"], "compute_only");
+  EXPECT_EQ(stages["stages"].size(), 8u);
+  EXPECT_EQ(stages["stages"][0]["layers"], nlohmann::json::parse("[0, 6]"));
+  const Outcome own = Cli({"simulate", plan, "--json"});
+  const Outcome from_csv = Cli({"simulate", plan, "--json", "--schedule-csv", dir + "/s.csv"});
+  ASSERT_EQ(from_csv.code, kExitOk) << from_csv.err;
+  EXPECT_EQ(nlohmann::json::parse(from_csv.out)["step_time_ms"], nlohmann::json::parse(own.out)["step_time_ms"]);
+
+  const Outcome with_comms = Cli({"export", plan, "--format", "pytorch-csv", "--with-communication"});
+  ASSERT_EQ(with_comms.code, kExitOk) << with_comms.err;
+  EXPECT_NE(with_comms.out.find("0SEND_F0"), std::string::npos);
+  EXPECT_NE(with_comms.out.find("1RECV_F0"), std::string::npos);
+
+  const Outcome layout = Cli({"export", plan, "--format", "megatron-layout"});
+  ASSERT_EQ(layout.code, kExitOk) << layout.err;
+  EXPECT_EQ(layout.out.rfind("--pipeline-model-parallel-size 8 --pipeline-model-parallel-layout \"Et*5|", 0), 0u)
+      << layout.out;
+}
+
+TEST(ExportCommand, ErrorsSayWhy) {
+  const Outcome format = Cli({"export", kPlans + "tiny-gpt-gpipe.json", "--format", "csv"});
+  EXPECT_EQ(format.code, kExitUsage);
+  EXPECT_NE(format.err.find("--format"), std::string::npos) << format.err;
+  const Outcome missing = Cli({"simulate", kPlans + "tiny-gpt-gpipe.json", "--schedule-csv", "/no/such.csv"});
+  EXPECT_EQ(missing.code, kExitFailure);
+  EXPECT_NE(missing.err.find("/no/such.csv: cannot open the file"), std::string::npos) << missing.err;
+  const std::string bad = testing::TempDir() + "/bad.csv";
+  std::ofstream(bad) << "0F0,0F1,0F2,0F3,0B0\n";
+  const Outcome wrong = Cli({"simulate", kPlans + "tiny-gpt-gpipe.json", "--schedule-csv", bad});
+  EXPECT_EQ(wrong.code, kExitFailure);
+  EXPECT_NE(wrong.err.find("bad.csv: schedule: stage 1 has no actions"), std::string::npos) << wrong.err;
+}
+
 }  // namespace
 }  // namespace gpipe::cli
