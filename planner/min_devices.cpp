@@ -40,9 +40,7 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
   problem.cluster = &cluster;
   problem.schedule = request.schedule && LayoutOf(*request.schedule) == StageLayout::kOnePerRank ? *request.schedule
                                                                                                 : ScheduleKind::k1F1B;
-  // The search tries only GPipe on one rank unless a schedule is pinned (search.cpp); so does
-  // this, so that the least memory is that of a plan the search would return.
-  if (ranks == 1 && !request.schedule) problem.schedule = ScheduleKind::kGpipe;
+  // (Unpinned, the search tries only 1F1B on one rank too: search.cpp.)
   problem.ranks = ranks;
   problem.replicas = replicas;
   problem.microbatches = microbatches;

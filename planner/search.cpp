@@ -115,8 +115,9 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
               if (request.chunks && *request.chunks != 1) continue;
               break;
           }
-          // One rank: the schedules coincide; keep one.
-          if (ranks == 1 && kind != ScheduleKind::kGpipe && !request.schedule) continue;
+          // One rank has no bubble whatever the schedule; 1F1B (forward, backward, forward, ...)
+          // holds one micro-batch's activations where GPipe holds all M. Keep it alone.
+          if (ranks == 1 && kind != ScheduleKind::k1F1B && !request.schedule) continue;
           for (int chunks : chunk_options) {
             if (ranks * chunks > layers) continue;
             std::vector<Placement> placements = {Placement::kPipelineMajor};

@@ -227,7 +227,7 @@ Status DryRun(const Schedule& schedule) {
         why += "\n  rank " + std::to_string(r) + " waits at " + ActionToText(a) + " for " + ActionToText(dep) +
                " (rank " + std::to_string(schedule.stage_rank[dep.stage]) + ")";
       }
-      return Status::Invalid("schedule: " + RenderScheduleGrid(schedule, next, why));
+      return Status::Invalid("schedule:\n" + RenderScheduleGrid(schedule, next, why));
     }
     for (size_t key : finished_now) done[key] = 1;
     remaining -= finished_now.size();

@@ -312,7 +312,7 @@ class NcclPlay {
       }
       why += QueueHeads(static_cast<int>(r));
     }
-    return Status::Invalid("wire: " + RenderScheduleGrid(schedule_, next, why));
+    return Status::Invalid("wire:\n" + RenderScheduleGrid(schedule_, next, why));
   }
 
   const Schedule& schedule_;

@@ -142,7 +142,8 @@ TEST(PlanCommand, TheFewestDevicesReportedFitAndOneFewerDoesNot) {
 
 // With remat off, turning it on is a change that fits, and the report names it.
 TEST(PlanCommand, InfeasibleReportOffersOnlyChangesThatFit) {
-  const Outcome o = Cli(Tiny({"--memory", "40MiB", "--remat", "off", "--stages", "1"}));
+  // (One micro-batch: 1F1B on one rank holds one micro-batch's activations whatever M is.)
+  const Outcome o = Cli(Tiny({"--memory", "40MiB", "--remat", "off", "--stages", "1", "--microbatches", "1"}));
   ASSERT_EQ(o.code, kExitFailure) << o.err;
   EXPECT_NE(o.out.find("and the pinned dimensions"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("On these 2 devices a plan fits with:"), std::string::npos) << o.out;

@@ -16,7 +16,8 @@ For every schedule kind, K in 1-4, M in 1-12 (and v in 2-3 for the interleaved k
 Where PyTorch's planned order is itself wrong, the case is named and the test checks that
 PyTorch's own validator rejects PyTorch's order there.
 
-Usage: pytorch_schedules_test.py GPIPE_PLAN_BINARY
+Usage: pytorch_schedules_test.py GPIPE_PLAN_BINARY [--wide]
+  --wide: K 1-8 and M 1-32, 48, 64 (a few minutes; CTest runs K 1-4, M 1-12 and 16)
 """
 import csv
 import json
@@ -46,10 +47,12 @@ def rounds_ok(ranks, m):
     return m % max(1, m // ranks) == 0
 
 
-def shapes():
+def shapes(wide):
     for kind in ["gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "interleaved-zb", "zb-v", "dualpipe-v"]:
-        for ranks in range(1, 5):
-            for m in list(range(1, 13)) + [16]:
+        for ranks in range(1, 9 if wide else 5):
+            for m in sorted(set(range(1, 33 if wide else 13)) | {16, 48, 64}):
+                if not wide and m > 16:
+                    continue
                 for chunks in ([2, 3] if kind in LOOP else [1]):
                     if kind in LOOP and not rounds_ok(ranks, m):
                         continue
@@ -146,9 +149,10 @@ def step_ms(binary, plan, *extra):
 
 def main():
     binary = sys.argv[1]
+    wide = "--wide" in sys.argv[2:]
     failures, checked, pytorch_wrong, simulated = [], 0, [], 0
     with tempfile.TemporaryDirectory() as tmp:
-        for kind, ranks, chunks, stages, m in shapes():
+        for kind, ranks, chunks, stages, m in shapes(wide):
             name = f"{kind} K={ranks} v={chunks} M={m}"
             plan = os.path.join(tmp, "plan.json")
             write_plan(plan, kind, ranks, stages, m)
