@@ -82,7 +82,7 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
     out += ScheduleName(best.plan.schedule) + std::string(" wins: ");
     if (result.best_older) {
       const Candidate& older = *result.best_older;
-      out += Format("%.1f%%", 100 * (older.step_time_ms / best.step_time_ms - 1)) + " faster than the best plan of " +
+      out += Format("%.2f%%", 100 * (older.step_time_ms / best.step_time_ms - 1)) + " faster than the best plan of " +
              "gpipe, 1f1b, interleaved-1f1b and zb-h1 (" + Shape(older.plan) + " K=" + std::to_string(older.plan.num_ranks()) +
              " D=" + std::to_string(older.plan.replicas) + " M=" + std::to_string(older.plan.microbatches) + ", " +
              FormatMs(older.step_time_ms) + ")\n";
