@@ -7,7 +7,7 @@
 #include "core/files.h"
 #include "core/megatron_layout.h"
 #include "core/plan.h"
-#include "core/schedule/generators.h"
+#include "core/schedule/lower.h"
 #include "core/schedule/pytorch_csv.h"
 #include "core/schedule/validate.h"
 
@@ -49,10 +49,10 @@ class ExportCommand : public Command {
       if (!flags.ok()) return Fail(err, "export", flags.status().WithContext(plan_path_));
       text = *flags + "\n";
     } else {
-      Expected<Schedule> schedule = with_communication_ ? BuildSchedule(*plan)
-                                                        : GenerateScheduleOf(*plan);
+      // Lowered, validated and dry-run; compute-only, the same order without its sends and receives.
+      Expected<Schedule> schedule = BuildSchedule(*plan);
       if (!schedule.ok()) return Fail(err, "export", schedule.status().WithContext(plan_path_));
-      text = ScheduleToPytorchCsv(*schedule);
+      text = ScheduleToPytorchCsv(with_communication_ ? *schedule : ComputeOnly(*schedule));
       std::string stages_path = stages_path_;
       if (stages_path.empty() && !output_path_.empty()) {
         stages_path = std::filesystem::path(output_path_).replace_extension(".stages.json").string();
@@ -75,13 +75,6 @@ class ExportCommand : public Command {
   }
 
  private:
-  static Expected<Schedule> GenerateScheduleOf(const Plan& plan) {
-    // The compute-only order, validated and dry-run as the lowered one is.
-    Expected<Schedule> lowered = BuildSchedule(plan);
-    if (!lowered.ok()) return lowered.status();
-    return GenerateSchedule(plan.schedule, plan.num_ranks(), plan.num_stages(), plan.microbatches);
-  }
-
   std::string plan_path_, format_, output_path_, stages_path_;
   bool with_communication_ = false;
 };

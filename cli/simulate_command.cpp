@@ -1,5 +1,6 @@
 // gpipe-plan simulate PLAN.json: predict one training step of a plan.
 #include <ostream>
+#include <set>
 
 #include "cli/commands.h"
 #include "cli/pictures.h"
@@ -69,16 +70,17 @@ class SimulateCommand : public Command {
     if (!text.ok()) return text.status();
     Expected<PytorchCsvSchedule> csv = ScheduleFromPytorchCsv(*text, plan.num_stages(), plan.microbatches, schedule_csv_);
     if (!csv.ok()) return csv.status();
+    std::set<int> split_stages;
     for (const auto& actions : csv->schedule.ranks) {
       for (const Action& a : actions) {
-        if (a.op != Op::kBackwardInput && a.op != Op::kBackwardWeight) continue;
-        for (int l = plan.stages[a.stage].first_layer; l < plan.stages[a.stage].end_layer; ++l) {
-          if (!plan.profile.layers[l].backward_weight_ms) {
-            return Status::Invalid(ActionToText(a) + " splits a backward, but the profile's layers[" + std::to_string(l) +
-                                   "] has no backward_weight_ms (profile it with gpipe-plan profile)");
-          }
-        }
+        if (a.op == Op::kBackwardInput || a.op == Op::kBackwardWeight) split_stages.insert(a.stage);
       }
+    }
+    for (int s : split_stages) {
+      GPIPE_RETURN_IF_ERROR(CheckWeightTimes(plan.profile, plan.stages[s],
+                                             "the CSV splits stage " + std::to_string(s) +
+                                                 "'s backwards into I and W, which needs that time (the profiler "
+                                                 "measures it)"));
     }
     if (csv->left_out > 0) {
       err << schedule_csv_ << ": " << csv->left_out

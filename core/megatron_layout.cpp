@@ -44,12 +44,12 @@ Expected<std::string> MegatronLayout(const Plan& plan) {
   if (last < 1 || !NamedLike(layers[0].name, {"emb", "wte", "tok"})) {
     return Status::Invalid("Megatron's layouts describe GPT-like models whose first layer is the embedding ('E'); "
                            "the profile's layers[0] is \"" + (last >= 0 ? layers[0].name : std::string()) +
-                           "\" (a name with \"emb\" in it marks the embedding)");
+                           "\" (a name with \"emb\", \"wte\" or \"tok\" in it marks the embedding)");
   }
   if (!NamedLike(layers[last].name, {"head", "loss", "output", "lm", "logits"})) {
     return Status::Invalid("Megatron's layouts end with the output layer and loss ('L'); the profile's layers[" +
                            std::to_string(last) + "] is \"" + layers[last].name +
-                           "\" (a name with \"head\", \"lm\", \"output\" or \"loss\" in it marks it)");
+                           "\" (a name with \"head\", \"lm\", \"output\", \"logits\" or \"loss\" in it marks it)");
   }
   std::string layout;
   for (size_t s = 0; s < plan.stages.size(); ++s) {

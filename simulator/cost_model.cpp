@@ -16,6 +16,16 @@ std::string FormatScale(double scale) { return Format("%.3g", scale); }
 
 }  // namespace
 
+Status CheckWeightTimes(const Profile& profile, const StagePlan& stage, const std::string& why) {
+  for (int l = stage.first_layer; l < stage.end_layer; ++l) {
+    if (!profile.layers[l].backward_weight_ms) {
+      return Status::Invalid("profile layers[" + std::to_string(l) + "] (\"" + profile.layers[l].name +
+                             "\") has no backward_weight_ms; " + why);
+    }
+  }
+  return Status::Ok();
+}
+
 Expected<CostModel> BuildCostModel(const Plan& plan) {
   CostModel model;
   model.microbatch_size = plan.microbatch_size();
@@ -53,13 +63,12 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   }
   const LayerTable table(profile, model.scale, plan.optimizer, calibration, per_node);
   for (const StagePlan& stage : plan.stages) {
-    for (int l = stage.first_layer; l < stage.end_layer && split; ++l) {
-      if (!profile.layers[l].backward_weight_ms) {
-        return Status::Invalid("profile layers[" + std::to_string(l) + "] (\"" + profile.layers[l].name +
-                               "\") has no backward_weight_ms; the " + ScheduleName(plan.schedule) +
-                               " schedule splits backwards into input and weight gradients and needs that "
-                               "time (the profiler measures it; or choose the 1f1b schedule)");
-      }
+    if (split) {
+      GPIPE_RETURN_IF_ERROR(CheckWeightTimes(profile, stage,
+                                             "the " + std::string(ScheduleName(plan.schedule)) +
+                                                 " schedule splits backwards into input and weight gradients and "
+                                                 "needs that time (the profiler measures it; or choose the 1f1b "
+                                                 "schedule)"));
     }
     model.stages.push_back(table.Stage(stage));
   }

@@ -160,8 +160,12 @@ int RanksPerNode(const Cluster& cluster, int devices);
 std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer);
 
 /// REQUIRES: ValidatePlan(plan) is ok. Fails when the schedule needs what the profile lacks
-/// (zb-h1 needs every layer's backward_weight_ms).
+/// (zero-bubble schedules need every layer's backward_weight_ms: CheckWeightTimes).
 Expected<CostModel> BuildCostModel(const Plan& plan);
+
+/// Every layer of `stage` has backward_weight_ms, which a split backward (I, W) needs; else
+/// "profile layers[l] ("name") has no backward_weight_ms; " + `why`.
+Status CheckWeightTimes(const Profile& profile, const StagePlan& stage, const std::string& why);
 
 /// The gradient all-reduce over `devices`. Where the cluster holds all-reduces measured for a
 /// group of this size (profile-links), the time is read from them: linear between measured sizes,

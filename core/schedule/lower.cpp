@@ -35,4 +35,12 @@ Schedule AddCommunication(const Schedule& schedule) {
   return lowered;
 }
 
+Schedule ComputeOnly(const Schedule& schedule) {
+  Schedule compute = schedule;
+  for (auto& actions : compute.ranks) {
+    std::erase_if(actions, [](const Action& a) { return !IsCompute(a.op); });
+  }
+  return compute;
+}
+
 }  // namespace gpipe

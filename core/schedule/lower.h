@@ -13,4 +13,7 @@ namespace gpipe {
 /// REQUIRES: `schedule` has no send or receive actions yet.
 Schedule AddCommunication(const Schedule& schedule);
 
+/// The compute actions alone, in order: the inverse of AddCommunication.
+Schedule ComputeOnly(const Schedule& schedule);
+
 }  // namespace gpipe

@@ -45,6 +45,7 @@ TEST(AddCommunication, EveryGeneratedShapeValidatesAndRuns) {
         Expected<Schedule> s = GenerateSchedule(kind, ranks, StageCount(kind, ranks, 2), microbatches);
         ASSERT_TRUE(s.ok());
         const Schedule lowered = AddCommunication(*s);
+        EXPECT_EQ(ComputeOnly(lowered), *s);  // the inverse
         const Status valid = ValidateSchedule(lowered, Lowering::kWithCommunication);
         EXPECT_TRUE(valid.ok()) << valid.message();
         const Status ran = DryRun(lowered);
