@@ -93,16 +93,18 @@ class ProfileCommand : public Command {
       probe.max_ranks_per_node = ranks_per_node;
       probe.forward_overhead_ms = step_costs->forward_overhead_ms.median;
       probe.backward_overhead_ms = step_costs->backward_overhead_ms.median;
+      probe.one_rank_scale = executor::OneGraphScale(*sizes);
       probe.dir = output_path_ + ".pipeline-probe";
       Expected<PipelineProbeResult> probed = MeasurePipelineComputeScale(probe, err);
       if (!probed.ok()) return Fail(err, "profile", probed.status());
       step_costs->compute_scale = probed->compute_scale;
       step_costs->action_gap_ms = probed->action_gap_ms;
-      step_costs->source += "; compute_scale: the model run as a pipeline of n ranks (1F1B, K x D = n, 2K micro-batches, " +
-                            std::to_string(probe.rounds) + " runs of " + std::to_string(probe.steps) +
-                            " steps, the fastest), its forward and backward actions less their overheads over the profile's "
-                            "times (compare/pipeline_probe.h); action_gap_ms: the same run's time between actions per "
-                            "forward or backward action";
+      step_costs->source += "; compute_scale: one rank is the whole model's pass over its layers' sum (median over "
+                            "the sizes); n ranks, that times the model run as a pipeline of n ranks (1F1B, K x D = n, 2K "
+                            "micro-batches, " + std::to_string(probe.steps) + " steps) over one rank run in the same "
+                            "round, its forward and backward actions less their overheads against the profile's times, the "
+                            "median of " + std::to_string(probe.rounds) + " rounds (compare/pipeline_probe.h); "
+                            "action_gap_ms: the same runs' time between actions per forward or backward action";
     }
     profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");

@@ -7,6 +7,7 @@
 #include "compare/calibration_samples.h"
 #include "compare/compare.h"
 #include "compare/plan_runs.h"
+#include "compare/probe_rounds.h"
 #include "core/text.h"
 
 namespace gpipe {
@@ -20,14 +21,9 @@ int StagesFor(int n, int layers) {
   return 1;
 }
 
-struct RunFigures {
-  double scale = 0;
-  double gap_ms = 0;
-};
-
 // One count's run: its factor (measured less overheads, over the profile's times), and the time
 // its ranks lost between actions per forward and backward action.
-Expected<RunFigures> FiguresOfRun(const CalibrationRun& run, const PipelineProbeRequest& request) {
+Expected<ProbeFigures> FiguresOfRun(const CalibrationRun& run, const PipelineProbeRequest& request) {
   CalibrationSamples samples;
   GPIPE_RETURN_IF_ERROR(GatherCalibrationSamples(run, samples));
   double measured = 0, base = 0;
@@ -45,7 +41,7 @@ Expected<RunFigures> FiguresOfRun(const CalibrationRun& run, const PipelineProbe
   // Layers of a few microseconds are lost in the overheads' noise, and the difference can come out
   // at or below zero: a hundredth of the profile is the floor (a profile needs a positive factor).
   constexpr double kFloor = 0.01;
-  return RunFigures{std::max(measured / base, kFloor), gaps / actions};
+  return ProbeFigures{std::max(measured / base, kFloor), gaps / actions};
 }
 
 }  // namespace
@@ -55,8 +51,12 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
   profile.step_costs.reset();
   std::error_code ec;
   std::filesystem::create_directories(request.dir, ec);
-  PipelineProbeResult result;
   std::vector<std::string> made;  // removed once every count is measured; kept to read on failure
+  struct Count {
+    std::string what;
+    std::string plan_path;
+  };
+  std::vector<Count> counts;
   for (int n = 1; n <= request.max_ranks_per_node; ++n) {
     const int stages = StagesFor(n, profile.num_layers());
     const int replicas = n / stages;
@@ -74,33 +74,37 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
     plan.schedule = stages == 1 ? ScheduleKind::kGpipe : ScheduleKind::k1F1B;
     plan.remat = RematPolicy::kOff;
     plan.optimizer = Optimizer::kSgd;
-    const std::string what = std::to_string(n) + " rank" + (n == 1 ? "" : "s") + " (K=" + std::to_string(stages) +
-                             ", D=" + std::to_string(replicas) + ")";
-    const std::string stem = request.dir + "/ranks-" + std::to_string(n);
-    Expected<std::string> plan_path = WritePlan(plan, stem);
-    if (!plan_path.ok()) return plan_path.status().WithContext("planning the pipeline probe of " + what);
+    Count count;
+    count.what = std::to_string(n) + " rank" + (n == 1 ? "" : "s") + " (K=" + std::to_string(stages) +
+                 ", D=" + std::to_string(replicas) + ")";
+    Expected<std::string> plan_path = WritePlan(plan, request.dir + "/ranks-" + std::to_string(n));
+    if (!plan_path.ok()) return plan_path.status().WithContext("planning the pipeline probe of " + count.what);
     made.push_back(*plan_path);
-    std::vector<RunFigures> rounds;
-    for (int round = 0; round < request.rounds; ++round) {
-      const std::string run_stem = stem + ".round" + std::to_string(round + 1);
+    count.plan_path = *plan_path;
+    counts.push_back(std::move(count));
+  }
+  // Round after round over every count, so that the counts of a round run seconds apart.
+  std::vector<std::vector<ProbeFigures>> rounds(static_cast<size_t>(request.rounds));
+  for (int round = 0; round < request.rounds; ++round) {
+    for (size_t i = 0; i < counts.size(); ++i) {
+      const std::string run_stem = request.dir + "/ranks-" + std::to_string(i + 1) + ".round" + std::to_string(round + 1);
       made.push_back(run_stem + ".run.json");
       made.push_back(run_stem + ".log");
-      Expected<CalibrationRun> run = RunPlanHere(*plan_path, request.model_path, request.steps, run_stem, progress);
-      if (!run.ok()) return run.status().WithContext("running the pipeline probe of " + what);
-      Expected<RunFigures> figures = FiguresOfRun(*run, request);
-      if (!figures.ok()) return figures.status().WithContext("the pipeline probe of " + what);
-      rounds.push_back(*figures);
+      Expected<CalibrationRun> run = RunPlanHere(counts[i].plan_path, request.model_path, request.steps, run_stem, progress);
+      if (!run.ok()) return run.status().WithContext("running the pipeline probe of " + counts[i].what);
+      Expected<ProbeFigures> figures = FiguresOfRun(*run, request);
+      if (!figures.ok()) return figures.status().WithContext("the pipeline probe of " + counts[i].what);
+      rounds[static_cast<size_t>(round)].push_back(*figures);
     }
-    // The fastest run's figures, the spread over the runs.
-    const auto by_scale = [](const RunFigures& a, const RunFigures& b) { return a.scale < b.scale; };
-    const auto by_gap = [](const RunFigures& a, const RunFigures& b) { return a.gap_ms < b.gap_ms; };
-    const auto [low, high] = std::minmax_element(rounds.begin(), rounds.end(), by_scale);
-    const auto [few, many] = std::minmax_element(rounds.begin(), rounds.end(), by_gap);
-    result.compute_scale.push_back({low->scale, (high->scale - low->scale) / 2});
-    result.action_gap_ms.push_back({low->gap_ms, (many->gap_ms - few->gap_ms) / 2});
-    progress << "  " << what << ": compute " << Format("%.3f", low->scale) << "x the profile, "
-             << Format("%.3f", low->gap_ms) << " ms between actions per forward or backward\n";
   }
+  Expected<ProbeFactors> factors = CombineProbeRounds(rounds, request.one_rank_scale);
+  if (!factors.ok()) return factors.status();
+  for (size_t i = 0; i < counts.size(); ++i) {
+    progress << "  " << counts[i].what << ": compute " << Format("%.3f", factors->compute_scale[i].median)
+             << "x the profile, " << Format("%.3f", factors->action_gap_ms[i].median)
+             << " ms between actions per forward or backward\n";
+  }
+  PipelineProbeResult result{std::move(factors->compute_scale), std::move(factors->action_gap_ms)};
   // File by file: std::filesystem::remove_all resolves to libtorch's copy, which crashes here.
   for (const std::string& path : made) std::filesystem::remove(path, ec);
   std::filesystem::remove(request.dir, ec);

@@ -9,10 +9,14 @@
 //
 // The factor for n ranks is the sum over the run's (rank, op, stage) of the mean action time, less
 // the executor's per-action overheads the simulator adds on its own, over the profile's times for
-// them; of `rounds` runs the smallest is kept (a slow spell of a shared machine only slows a run),
-// with half the range as its spread; the time lost between actions, per forward and backward
-// action, comes from the same run. Count 1 is measured too: the executor's steady state against
-// the profiler's one-layer stages. Runs start this program: REQUIRES the caller is gpipe-plan.
+// them, divided by the same figure of the one-rank run in the same round: the counts run round
+// after round, and a ratio of two runs seconds apart holds where the machine's speed drifts by
+// tens of percent over minutes (a one-rank run measured 0.69x, 0.92x and 1.33x the profile's
+// times in three profiles of the tiny GPT, each consistent within a few percent). That ratio
+// times `one_rank_scale` (the profile's whole-model pass over its layers' sum, measured in the
+// same rounds as the layers) is the count's factor; the median over the rounds, with half their
+// interquartile range as its spread. The time lost between actions, per forward and backward
+// action, comes from the same runs. Runs start this program: REQUIRES the caller is gpipe-plan.
 #pragma once
 
 #include <iosfwd>
@@ -33,7 +37,10 @@ struct PipelineProbeRequest {
   /// Counts 1..max_ranks_per_node are measured.
   int max_ranks_per_node = 4;
   int steps = 6;
-  int rounds = 2;
+  int rounds = 3;
+  /// One rank's compute against the profile's layer times: the whole model run as one graph over
+  /// the sum of its layers run one by one (OneGraphScale), entry 0 of the result.
+  Measured one_rank_scale{1.0, 0.0};
   /// The executor's overheads per forward and backward action (StepCosts), taken out of the
   /// measured times since the simulator adds them itself.
   double forward_overhead_ms = 0;

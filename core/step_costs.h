@@ -34,8 +34,8 @@ struct StepCosts {
   Measured forward_overhead_ms;
   Measured backward_overhead_ms;
   /// Entry n - 1: the executor's forward and backward times when n ranks of a pipeline share the
-  /// node, over the profile's layer times (compare/pipeline_probe.h; entry 0 is one rank's steady
-  /// state against the profiler's one-layer stages).
+  /// node, over the profile's layer times (compare/pipeline_probe.h; entry 0: the whole model run
+  /// as one graph over its layers run one by one, executor::OneGraphScale).
   std::vector<Measured> compute_scale;
   /// Entry n - 1: the time the executor loses between actions, per forward or backward action,
   /// when n ranks of a pipeline share the node (the same probe; receives posted, sends reaped,

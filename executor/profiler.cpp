@@ -64,6 +64,17 @@ double DeviceTimeMs(const torch::Device& device, const std::function<void()>& bo
 
 Timing Summarize(std::vector<double> samples) { return {Median(samples), HalfIqr(samples)}; }
 
+Measured OneGraphScale(const std::vector<SizeMeasurement>& sizes) {
+  std::vector<double> ratios;
+  for (const SizeMeasurement& size : sizes) {
+    double sum = 0;
+    for (const LayerMeasurement& m : size.layers) sum += m.forward.median_ms + m.backward.median_ms;
+    if (sum > 0 && size.whole_model.median_ms > 0) ratios.push_back(size.whole_model.median_ms / sum);
+  }
+  if (ratios.empty()) return {1.0, 0.0};
+  return {Median(ratios), HalfIqr(ratios)};
+}
+
 Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, const ProfileSettings& settings) {
   at::set_num_threads(settings.threads);
   KeepFreedHostMemory();

@@ -20,6 +20,7 @@
 
 #include "core/model.h"
 #include "core/profile.h"
+#include "core/step_costs.h"
 #include "core/status.h"
 
 namespace gpipe::executor {
@@ -70,6 +71,12 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
 /// whole-model check, under "measurements" (kept by loaders that do not read it).
 Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& settings,
                                 const std::vector<SizeMeasurement>& sizes);
+
+/// One rank's compute against the profile's layer times: per size, the whole model run as one
+/// graph (whole_model) over the sum of its layers' forward and backward run one by one; the median
+/// over the sizes with half their interquartile range. Both are measured in the same rounds, so the
+/// ratio holds where the machine's speed drifts between minutes. 1 when nothing was measured.
+Measured OneGraphScale(const std::vector<SizeMeasurement>& sizes);
 
 /// How long `body` takes on `device`: CUDA events on its stream on a GPU (NCCL's work returns to
 /// the host before it finishes), a steady clock on the CPU. With a `deadline`, the GPU's end event
