@@ -98,6 +98,8 @@ class ProfileCommand : public Command {
       Expected<PipelineProbeResult> probed = MeasurePipelineComputeScale(probe, err);
       if (!probed.ok()) return Fail(err, "profile", probed.status());
       step_costs->compute_scale = probed->compute_scale;
+      step_costs->concurrent_ranks =
+          std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, settings.threads));
       step_costs->action_gap_ms = probed->action_gap_ms;
       step_costs->source += "; compute_scale: one rank is the whole model's pass over its layers' sum (median over "
                             "the sizes); n ranks, that times the model run as a pipeline of n ranks (1F1B, K x D = n, 2K "
@@ -125,6 +127,10 @@ class ProfileCommand : public Command {
                    costs.step_overhead_ms.spread);
     for (size_t n = 0; n < costs.compute_scale.size(); ++n) {
       out << Sprintf(" %zu: %.3f ±%.3f", n + 1, costs.compute_scale[n].median, costs.compute_scale[n].spread);
+    }
+    if (costs.concurrent_ranks > 0) {
+      out << "\nthe node computes " << costs.concurrent_ranks << " rank" << (costs.concurrent_ranks == 1 ? "" : "s")
+          << " at full speed at once; past that, ranks computing at the same moment share its cores";
     }
     out << "\nbetween actions, per forward or backward, n ranks:";
     for (size_t n = 0; n < costs.action_gap_ms.size(); ++n) {

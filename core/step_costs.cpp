@@ -76,6 +76,7 @@ Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::str
           ReadMeasured((*gaps)[i], r.Where("action_gap_ms") + "[" + std::to_string(i) + "]", &status, false));
     }
   }
+  costs.concurrent_ranks = static_cast<int>(r.OptionalInteger("concurrent_ranks", 1, 1 << 20, 0));
   costs.sends_held = r.OptionalBool("sends_held", false);
   costs.source = r.OptionalString("source", "");
   if (!r.status().ok()) return r.status();
@@ -99,6 +100,7 @@ nlohmann::json StepCostsToJson(const StepCosts& costs) {
     for (const Measured& m : costs.action_gap_ms) gaps.push_back(MeasuredToJson(m));
     json["action_gap_ms"] = gaps;
   }
+  if (costs.concurrent_ranks > 0) json["concurrent_ranks"] = costs.concurrent_ranks;
   if (!costs.source.empty()) json["source"] = costs.source;
   return json;
 }

@@ -41,6 +41,11 @@ struct StepCosts {
   /// when n ranks of a pipeline share the node (the same probe; receives posted, sends reaped,
   /// the wire's threads). Added to each forward and backward action's overhead.
   std::vector<Measured> action_gap_ms;
+  /// How many ranks the profiled node computes at full speed at once: its hardware threads over
+  /// the profile's intra-op threads per rank (CPU). Past that, ranks computing at the same moment
+  /// share the node's cores (the simulator's core sharing, simulator/cost_model.h). 0: not
+  /// measured (a GPU, or an older profile), and every count has its one factor.
+  int concurrent_ranks = 0;
   /// The executor's sends stay allocated until the step ends (Gloo on the CPU): memory counts them.
   bool sends_held = false;
   /// How it was measured, in words.

@@ -14,7 +14,9 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
                                    (static_cast<double>(problem.replicas) * problem.microbatches) /
                                    static_cast<double>(problem.profile->microbatch_size),
              problem.optimizer, calibration_ ? &*calibration_ : nullptr,
-             RanksPerNode(*problem.cluster, problem.ranks * problem.replicas)),
+             CoreSharingOf(*problem.profile, *problem.cluster, calibration_ ? &*calibration_ : nullptr,
+                           RanksPerNode(*problem.cluster, problem.ranks * problem.replicas), problem.ranks)
+                 .static_ranks),
       skeleton_(PlanSkeleton(problem)),
       layers_(table_.num_layers()),
       stages_(problem.ranks * problem.chunks),

@@ -55,7 +55,12 @@ double CheapBound(const PartitionProblem& problem) {
                  static_cast<double>(problem.profile->microbatch_size);
   const std::optional<Calibration> calibration =
       EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
-  if (calibration) scale *= calibration->ComputeScale(RanksPerNode(*problem.cluster, problem.ranks * problem.replicas));
+  if (calibration) {
+    // Under core sharing the stage times carry one rank's factor and sharing only slows them.
+    const int per_node = RanksPerNode(*problem.cluster, problem.ranks * problem.replicas);
+    scale *= calibration->ComputeScale(
+        CoreSharingOf(*problem.profile, *problem.cluster, &*calibration, per_node, problem.ranks).static_ranks);
+  }
   const double per_microbatch = work * scale;
   // The rank that holds the heaviest layer runs its forward and backward M times.
   return std::max({per_microbatch * problem.microbatches / problem.ranks, per_microbatch,

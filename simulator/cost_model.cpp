@@ -1,6 +1,7 @@
 #include "simulator/cost_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -53,7 +54,12 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                              "sharing a node (re-profile with gpipe-plan profile, or calibrate from a run)";
   }
   const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas);
-  if (calibration != nullptr && !calibration->compute_scale.empty() &&
+  CoreSharing sharing = CoreSharingOf(plan.profile, plan.cluster, calibration, per_node, plan.num_ranks());
+  if (!sharing.active_rate.empty()) {
+    model.calibration_note += "; " + std::to_string(per_node) + " ranks share a node that computes " +
+                              std::to_string(plan.profile.step_costs->concurrent_ranks) +
+                              " at once: compute is priced by how many run at each moment";
+  } else if (calibration != nullptr && !calibration->compute_scale.empty() &&
       static_cast<size_t>(per_node) > calibration->compute_scale.size()) {
     model.calibration_note += "; the plan puts " + std::to_string(per_node) + " ranks on a node, more than the " +
                               std::to_string(calibration->compute_scale.size()) +
@@ -61,7 +67,8 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                               std::to_string(calibration->compute_scale.size()) +
                               " (under-predicted; re-profile with gpipe-plan profile --ranks-per-node " + std::to_string(per_node) + ")";
   }
-  const LayerTable table(profile, model.scale, plan.optimizer, calibration, per_node);
+  const LayerTable table(profile, model.scale, plan.optimizer, calibration, sharing.static_ranks);
+  model.active_rate = std::move(sharing.active_rate);
   for (const StagePlan& stage : plan.stages) {
     if (split) {
       GPIPE_RETURN_IF_ERROR(CheckWeightTimes(profile, stage,
@@ -109,6 +116,28 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
     }
   }
   return model;
+}
+
+CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const Calibration* calibration,
+                          int ranks_per_node, int pipeline_ranks) {
+  CoreSharing sharing;
+  sharing.static_ranks = ranks_per_node;
+  const int capacity = profile.step_costs ? profile.step_costs->concurrent_ranks : 0;
+  // A calibration fitted from runs prices each count as it ran; it is used as it is.
+  if (capacity < 1 || cluster.calibration || calibration == nullptr || calibration->compute_scale.empty() ||
+      ranks_per_node < 2 || pipeline_ranks < 1) {
+    return sharing;
+  }
+  sharing.static_ranks = 1;
+  const double one = calibration->ComputeScale(1);
+  sharing.active_rate.assign(static_cast<size_t>(pipeline_ranks) + 1, 1.0);
+  for (int a = 1; a <= pipeline_ranks; ++a) {
+    const double x = static_cast<double>(a) * ranks_per_node / pipeline_ranks;
+    const int count = std::clamp(static_cast<int>(std::ceil(x - 1e-9)), 1, capacity);
+    const double cores = std::min(1.0, capacity / x);
+    sharing.active_rate[static_cast<size_t>(a)] = std::min(1.0, one / calibration->ComputeScale(count) * cores);
+  }
+  return sharing;
 }
 
 std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer) {

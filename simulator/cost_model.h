@@ -119,6 +119,10 @@ struct CostModel {
   /// holds once: a tied parameter (core/profile.h) in two stages of one rank (interleaved). The
   /// rank's model state is its stages' static bytes less this. Empty: none on any rank.
   std::vector<double> shared_static_bytes;
+  /// Core sharing (CoreSharingOf): entry a is the rate at which each computing rank progresses
+  /// while a ranks of the simulated replica compute (its stage times are at the rate 1). Empty: no
+  /// sharing, every compute takes its stage time.
+  std::vector<double> active_rate;
   /// Samples per micro-batch and in the whole step (for throughput).
   int64_t microbatch_size = 1;
   int64_t global_batch = 1;
@@ -152,6 +156,27 @@ std::vector<double> ParamBytesPerRank(const Plan& plan);
 
 /// How many of a plan's `devices` (K x D) share the busiest node of `cluster`.
 int RanksPerNode(const Cluster& cluster, int devices);
+
+/// Ranks that share a node's cores. When a plan puts more ranks on a node than it computes at
+/// full speed at once, how much they slow each other depends on how many compute at the same
+/// moment, which the schedule and its bubble decide: a K=2 D=2 GPipe plan with one micro-batch
+/// keeps two of four ranks computing, 1F1B with sixteen all four. One factor per count prices
+/// both alike (on the 2-core machine: +68% and -16% for the two). So where the profile measured
+/// its node (step_costs.concurrent_ranks = C) and the prediction uses those measurements (the
+/// cluster has no calibration fitted from runs), compute is priced per moment: stage times carry
+/// one rank's factor, and while x ranks of the node compute each progresses at
+///   min(1, compute_scale[1] / compute_scale[min(ceil x, C)] x min(1, C / x))
+/// (the co-located factor of that many, and past C the cores shared evenly). Replicas run in step,
+/// so x = a x (ranks on the node) / K when a of the simulated replica's K ranks compute. The rate
+/// never exceeds 1, so bounds priced at one rank's factor stay lower bounds.
+struct CoreSharing {
+  /// The ranks-per-node count whose factor and overheads the stage times carry: 1 with sharing.
+  int static_ranks = 1;
+  /// CostModel::active_rate (empty: no sharing).
+  std::vector<double> active_rate;
+};
+CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const Calibration* calibration,
+                          int ranks_per_node, int pipeline_ranks);
 
 /// The calibration a prediction uses: the cluster's (fitted from runs by `calibrate`) when it has
 /// one, else what the profile's measured step costs stand for (core/step_costs.h) with the

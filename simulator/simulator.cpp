@@ -19,7 +19,7 @@ struct MemoryDelta {
 struct Event {
   enum class Kind : uint8_t { kRankFree, kArrival } kind;
   int rank;      // kRankFree: the rank; kArrival: the receiving rank
-  int64_t key;   // kArrival: the message
+  int64_t key;   // kRankFree: the rank's version when pushed (older ones are void); kArrival: the message
 };
 
 struct RankState {
@@ -28,6 +28,11 @@ struct RankState {
   double compute_start = 0;
   int64_t waiting_for = -1;
   double wait_start = 0;
+  // Core sharing: the compute runs among the ranks sharing the node; its work left at rate 1.
+  bool shared = false;
+  double remaining = 0;
+  // Bumped whenever the rank's end is pushed again (core sharing changes its rate).
+  int64_t version = 0;
 };
 
 class Simulation {
@@ -45,7 +50,7 @@ class Simulation {
   }
 
   Expected<SimResult> Run() {
-    for (int r = 0; r < schedule_.num_ranks(); ++r) queue_.Push(0.0, {Event::Kind::kRankFree, r, -1});
+    for (int r = 0; r < schedule_.num_ranks(); ++r) queue_.Push(0.0, {Event::Kind::kRankFree, r, 0});
     while (!queue_.empty()) {
       const double now = queue_.top_time();
       const Event event = queue_.Pop();
@@ -62,6 +67,7 @@ class Simulation {
         }
       } else {
         RankState& state = ranks_[event.rank];
+        if (event.key != state.version) continue;  // pushed again since: its rate changed
         if (state.computing) Finish(event.rank, now);
         Advance(event.rank, now);
       }
@@ -108,8 +114,16 @@ class Simulation {
           Change(r, now, EffectOf(schedule_, a, c).at_start);
           state.computing = true;
           state.compute_start = now;
+          if (!costs_.active_rate.empty()) {
+            Share(now);
+            state.shared = true;
+            state.remaining = duration;
+            sharing_.push_back(r);
+            Reschedule(now);
+            return;
+          }
           result_.ranks[r].busy_ms += duration;
-          queue_.Push(now + duration, {Event::Kind::kRankFree, r, -1});
+          queue_.Push(now + duration, {Event::Kind::kRankFree, r, state.version});
           return;
         }
         case Op::kSendActivation:
@@ -120,7 +134,7 @@ class Simulation {
             // The rank is busy issuing the send; the message leaves when it is done (Finish).
             state.computing = true;
             state.compute_start = now;
-            queue_.Push(now + issue_ms, {Event::Kind::kRankFree, r, -1});
+            queue_.Push(now + issue_ms, {Event::Kind::kRankFree, r, state.version});
             return;
           }
           Send(r, a, now);
@@ -167,10 +181,32 @@ class Simulation {
     if (options_.record_timeline) result_.transfers.push_back(t);
   }
 
+  // Core sharing: the computing ranks' work done since the last change of their count.
+  void Share(double now) {
+    for (int r : sharing_) ranks_[r].remaining = std::max(0.0, ranks_[r].remaining - (now - shared_since_) * shared_rate_);
+    shared_since_ = now;
+  }
+  // Core sharing: the rate for the ranks computing now, and their ends at it.
+  void Reschedule(double now) {
+    const size_t count = std::min(sharing_.size(), costs_.active_rate.size() - 1);
+    shared_rate_ = costs_.active_rate[count];
+    for (int r : sharing_) {
+      RankState& state = ranks_[r];
+      queue_.Push(now + state.remaining / shared_rate_, {Event::Kind::kRankFree, r, ++state.version});
+    }
+  }
+
   // Ends rank r's running compute (or send) at `now`.
   void Finish(int r, double now) {
     RankState& state = ranks_[r];
     state.computing = false;
+    if (state.shared) {
+      Share(now);
+      state.shared = false;
+      sharing_.erase(std::find(sharing_.begin(), sharing_.end(), r));
+      result_.ranks[r].busy_ms += now - state.compute_start;
+      Reschedule(now);
+    }
     const Action& a = schedule_.ranks[r][state.next];
     if (a.op == Op::kSendActivation || a.op == Op::kSendGradient) {
       Send(r, a, now);
@@ -222,6 +258,10 @@ class Simulation {
   std::vector<double> arrived_;
   std::vector<std::vector<double>> link_free_;
   double last_arrival_ms_ = 0;
+  // Core sharing (CostModel::active_rate): the ranks computing, their rate, since when.
+  std::vector<int> sharing_;
+  double shared_rate_ = 1;
+  double shared_since_ = 0;
   EventQueue<Event> queue_;
   SimResult result_;
 };

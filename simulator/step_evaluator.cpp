@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <limits>
+
+#include "simulator/simulator.h"
 
 namespace gpipe {
 
@@ -50,6 +53,12 @@ StepEvaluator::StepEvaluator(const Schedule& schedule) : schedule_(schedule) {
 }
 
 double StepEvaluator::StepTimeMs(const CostModel& costs) const {
+  if (!costs.active_rate.empty()) {
+    // Core sharing makes a compute's end depend on what the other ranks do at each moment: the
+    // event queue's order, not this per-rank pass.
+    const Expected<SimResult> simulated = Simulate(schedule_, costs, SimOptions{false});
+    return simulated.ok() ? simulated->step_time_ms : std::numeric_limits<double>::infinity();
+  }
   const int ranks = schedule_.num_ranks();
   std::fill(rank_time_.begin(), rank_time_.end(), 0.0);
   std::fill(link_free_.begin(), link_free_.end(), 0.0);

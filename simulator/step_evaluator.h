@@ -18,7 +18,7 @@ class StepEvaluator {
   /// REQUIRES: `schedule` is lowered, valid and free of deadlock (BuildSchedule's output).
   explicit StepEvaluator(const Schedule& schedule);
 
-  /// The step time Simulate(schedule, costs) would report.
+  /// The step time Simulate(schedule, costs) would report (Simulate's own, under core sharing).
   double StepTimeMs(const CostModel& costs) const;
 
   const Schedule& schedule() const { return schedule_; }
