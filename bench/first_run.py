@@ -10,6 +10,7 @@ configuration is judged on its median round: this machine has fast spells as wel
 profile's figures are medians.
 
 Reported:
+  - the machine's drift: the layers profiled again at the end, their time over the first profile's;
   - uncalibrated: |step-time error| and |peak-memory error| (largest over ranks), median and largest
     over every configuration, error = (predicted - measured) / measured;
   - calibrated: `gpipe-plan calibrate` fitted on the configurations whose M is in --calibrate-on,
@@ -73,6 +74,15 @@ def peak_memory_error(c):
     errors = [abs(r["predicted_peak_memory_bytes"] - r["measured_peak_memory_bytes"]) / r["measured_peak_memory_bytes"]
               for r in c["ranks"] if r.get("measured_peak_memory_bytes")]
     return max(errors) if errors else None
+
+
+def layer_time_ratios(start, end):
+    """Per micro-batch size: the sum of the layers' forward and backward medians in `end` over `start`."""
+    def sums(path):
+        return {m["microbatch_size"]: sum(l["forward"]["median_ms"] + l["backward"]["median_ms"] for l in m["layers"])
+                for m in json.load(open(path))["measurements"]}
+    a, b = sums(start), sums(end)
+    return {size: b[size] / a[size] for size in sorted(a) if size in b and a[size] > 0}
 
 
 def stats(values):
@@ -148,6 +158,13 @@ def main():
     # machine has fast spells as well as slow ones, and the profile's figures are medians too.
     best = {name: sorted(rounds, key=lambda r: r[0])[(len(rounds) - 1) // 2] for name, rounds in measured.items()}
 
+    # The machine's drift over the bench: the layers profiled again, against the first profile.
+    sh([a.bin, "profile", "--model", a.model, "--microbatch-size", ",".join(map(str, sizes)), "--repeats",
+        str(a.repeats), "--ranks-per-node", "1", "-o", out("profile-end.json")], out("profile-end.txt"))
+    drift = layer_time_ratios(out("profile.json"), out("profile-end.json"))
+    print("the layers' time at the end over the start, per micro-batch size: " +
+          ", ".join(f"{b}: {r:.3f}" for b, r in drift.items()))
+
     calibrate_on = {int(m) for m in a.calibrate_on.split(",") if m}
     fit = [best[n][2] for n, cfg in planned if n in best and cfg[2] in calibrate_on]
     held = [(n, cfg) for n, cfg in planned if n in best and cfg[2] not in calibrate_on]
@@ -173,7 +190,8 @@ def main():
         cal_text = ("fit" if cfg[2] in calibrate_on else "") if cal is None else f"{100 * cal['step_error']:+.1f}%"
         print(f"{name:34} {c['predicted_step_ms']:10.2f} {c['measured_step_ms']:10.2f} {100 * c['step_error']:+7.1f}% "
               f"{mem_text:>8} {cal_text:>10}")
-    summary = {"model": a.model, "batch": a.batch, "rounds": a.rounds, "steps": a.steps, "configs": rows}
+    summary = {"model": a.model, "batch": a.batch, "rounds": a.rounds, "steps": a.steps, "configs": rows,
+               "drift_end_over_start": drift}
     print(f"uncalibrated |step-time error|: {stats([abs(r['step_error']) for r in rows])}")
     print(f"uncalibrated |peak-memory error| (largest rank): {stats([r['peak_memory_error'] for r in rows])}")
     print(f"calibrated on M in {sorted(calibrate_on)}, held out: "
