@@ -101,12 +101,14 @@ class ProfileCommand : public Command {
       step_costs->concurrent_ranks =
           std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, settings.threads));
       step_costs->action_gap_ms = probed->action_gap_ms;
+      step_costs->send_ms = probed->send_ms;
       step_costs->source += "; compute_scale: one rank is the whole model's pass over its layers' sum (median over "
                             "the sizes); n ranks, that times the model run as a pipeline of n ranks (1F1B, K x D = n, 2K "
                             "micro-batches, " + std::to_string(probe.steps) + " steps) over one rank run in the same "
                             "round, its forward and backward actions less their overheads against the profile's times, the "
                             "median of " + std::to_string(probe.rounds) + " rounds (compare/pipeline_probe.h); "
-                            "action_gap_ms: the same runs' time between actions per forward or backward action";
+                            "action_gap_ms and send_ms: the same runs' time between actions per forward or backward action, and "
+                            "per send";
     }
     profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
@@ -127,6 +129,12 @@ class ProfileCommand : public Command {
                    costs.step_overhead_ms.spread);
     for (size_t n = 0; n < costs.compute_scale.size(); ++n) {
       out << Sprintf(" %zu: %.3f ±%.3f", n + 1, costs.compute_scale[n].median, costs.compute_scale[n].spread);
+    }
+    if (!costs.send_ms.empty()) {
+      out << "\na send occupies its rank, n ranks:";
+      for (size_t n = 0; n < costs.send_ms.size(); ++n) {
+        out << Sprintf(" %zu: %.3f ±%.3f ms", n + 1, costs.send_ms[n].median, costs.send_ms[n].spread);
+      }
     }
     if (costs.concurrent_ranks > 0) {
       out << "\nthe node computes " << costs.concurrent_ranks << " rank" << (costs.concurrent_ranks == 1 ? "" : "s")

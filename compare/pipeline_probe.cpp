@@ -34,14 +34,21 @@ Expected<ProbeFigures> FiguresOfRun(const CalibrationRun& run, const PipelinePro
   if (base <= 0) return Status::Invalid("the run recorded no forward or backward with a profiled time");
   Expected<Comparison> compared = Compare(run.plan, run.record);
   if (!compared.ok()) return compared.status();
-  double gaps = 0;
-  for (const RankComparison& rank : compared->ranks) gaps += rank.measured_gap_ms;
+  double gaps = 0, sending = 0;
+  for (const RankComparison& rank : compared->ranks) {
+    gaps += rank.measured_gap_ms;
+    sending += rank.measured_send_ms;
+  }
+  int sends = 0;
+  for (const OpComparison& op : compared->ops) {
+    if (op.op == Op::kSendActivation || op.op == Op::kSendGradient) sends += op.count;
+  }
   // Each pipeline rank holds one stage: a forward and a backward per micro-batch.
   const double actions = 2.0 * run.plan.microbatches * static_cast<double>(compared->ranks.size());
   // Layers of a few microseconds are lost in the overheads' noise, and the difference can come out
   // at or below zero: a hundredth of the profile is the floor (a profile needs a positive factor).
   constexpr double kFloor = 0.01;
-  return ProbeFigures{std::max(measured / base, kFloor), gaps / actions};
+  return ProbeFigures{std::max(measured / base, kFloor), gaps / actions, sends > 0 ? sending / sends : 0.0};
 }
 
 }  // namespace
@@ -102,9 +109,11 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
   for (size_t i = 0; i < counts.size(); ++i) {
     progress << "  " << counts[i].what << ": compute " << Format("%.3f", factors->compute_scale[i].median)
              << "x the profile, " << Format("%.3f", factors->action_gap_ms[i].median)
-             << " ms between actions per forward or backward\n";
+             << " ms between actions per forward or backward, " << Format("%.3f", factors->send_ms[i].median)
+             << " ms per send\n";
   }
-  PipelineProbeResult result{std::move(factors->compute_scale), std::move(factors->action_gap_ms)};
+  PipelineProbeResult result{std::move(factors->compute_scale), std::move(factors->action_gap_ms),
+                             std::move(factors->send_ms)};
   // File by file: std::filesystem::remove_all resolves to libtorch's copy, which crashes here.
   for (const std::string& path : made) std::filesystem::remove(path, ec);
   std::filesystem::remove(request.dir, ec);

@@ -56,6 +56,8 @@ struct PipelineProbeResult {
   /// The time between actions (each rank's "between" of compare), over its forward and backward
   /// actions: per action, from the same run.
   std::vector<Measured> action_gap_ms;
+  /// The mean time a send occupied its rank, from the same runs (0 for one stage).
+  std::vector<Measured> send_ms;
 };
 
 /// Errors name the count and the run's log.

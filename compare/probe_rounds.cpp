@@ -24,14 +24,16 @@ Expected<ProbeFactors> CombineProbeRounds(const std::vector<std::vector<ProbeFig
   }
   ProbeFactors factors;
   for (size_t n = 0; n < counts; ++n) {
-    std::vector<double> ratios, gaps;
+    std::vector<double> ratios, gaps, sends;
     for (const std::vector<ProbeFigures>& round : rounds) {
       ratios.push_back(round[n].scale / round[0].scale);
       gaps.push_back(round[n].gap_ms);
+      sends.push_back(round[n].send_ms);
     }
     const double spread = n == 0 ? one_rank_scale.spread : one_rank_scale.median * HalfIqr(ratios);
     factors.compute_scale.push_back({one_rank_scale.median * Median(ratios), spread});
     factors.action_gap_ms.push_back({Median(gaps), HalfIqr(gaps)});
+    factors.send_ms.push_back({Median(sends), HalfIqr(sends)});
   }
   return factors;
 }

@@ -18,6 +18,8 @@ struct ProbeFigures {
   double scale = 0;
   /// Time between actions per forward or backward action.
   double gap_ms = 0;
+  /// Mean time a send occupied its rank (0: the run had no sends).
+  double send_ms = 0;
 };
 
 struct ProbeFactors {
@@ -26,6 +28,7 @@ struct ProbeFactors {
   std::vector<Measured> compute_scale;
   /// Entry n - 1: the median over the rounds.
   std::vector<Measured> action_gap_ms;
+  std::vector<Measured> send_ms;
 };
 
 /// `rounds[r][n - 1]`: round r's run of count n (count 1 first). Every round has every count and

@@ -76,6 +76,12 @@ Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::str
           ReadMeasured((*gaps)[i], r.Where("action_gap_ms") + "[" + std::to_string(i) + "]", &status, false));
     }
   }
+  if (r.Has("send_ms")) {
+    const nlohmann::json* sends = r.Array("send_ms");
+    for (size_t i = 0; sends != nullptr && i < sends->size(); ++i) {
+      costs.send_ms.push_back(ReadMeasured((*sends)[i], r.Where("send_ms") + "[" + std::to_string(i) + "]", &status, false));
+    }
+  }
   costs.concurrent_ranks = static_cast<int>(r.OptionalInteger("concurrent_ranks", 1, 1 << 20, 0));
   costs.sends_held = r.OptionalBool("sends_held", false);
   costs.source = r.OptionalString("source", "");
@@ -99,6 +105,11 @@ nlohmann::json StepCostsToJson(const StepCosts& costs) {
     nlohmann::json gaps = nlohmann::json::array();
     for (const Measured& m : costs.action_gap_ms) gaps.push_back(MeasuredToJson(m));
     json["action_gap_ms"] = gaps;
+  }
+  if (!costs.send_ms.empty()) {
+    nlohmann::json sends = nlohmann::json::array();
+    for (const Measured& m : costs.send_ms) sends.push_back(MeasuredToJson(m));
+    json["send_ms"] = sends;
   }
   if (costs.concurrent_ranks > 0) json["concurrent_ranks"] = costs.concurrent_ranks;
   if (!costs.source.empty()) json["source"] = costs.source;

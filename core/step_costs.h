@@ -41,6 +41,11 @@ struct StepCosts {
   /// when n ranks of a pipeline share the node (the same probe; receives posted, sends reaped,
   /// the wire's threads). Added to each forward and backward action's overhead.
   std::vector<Measured> action_gap_ms;
+  /// Entry n - 1: how long a send occupies its rank, on average, in the same n-rank pipeline run:
+  /// on a CPU the wire's threads compete with the ranks' compute for the cores, and a send now and
+  /// then stalls for milliseconds. 0 where the run had no sends (one stage). Plans with n ranks per
+  /// node use it in place of the cluster's send_overhead_ms.
+  std::vector<Measured> send_ms;
   /// How many ranks the profiled node computes at full speed at once: its hardware threads over
   /// the profile's intra-op threads per rank (CPU). Past that, ranks computing at the same moment
   /// share the node's cores (the simulator's core sharing, simulator/cost_model.h). 0: not

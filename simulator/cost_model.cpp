@@ -104,6 +104,12 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   if (calibration != nullptr) {
     model.send_overhead_ms = calibration->send_overhead_ms;
     model.send_issue_bytes_per_s = calibration->send_issue_bytes_per_s;
+    if (!plan.cluster.calibration && plan.profile.step_costs && !plan.profile.step_costs->send_ms.empty()) {
+      // What a send cost with this many ranks on the node, as the profiler's pipelines measured it.
+      const std::vector<Measured>& sends = plan.profile.step_costs->send_ms;
+      const double measured = sends[std::min(sends.size(), static_cast<size_t>(per_node)) - 1].median;
+      if (measured > 0) model.send_overhead_ms = measured;
+    }
     model.tail_ms.assign(ranks, 0.0);
     for (int r = 0; r < ranks; ++r) model.tail_ms[r] = calibration->TailMs(param_bytes[r]);
   }

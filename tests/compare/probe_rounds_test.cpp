@@ -11,7 +11,9 @@ std::vector<std::vector<ProbeFigures>> Rounds(const std::vector<double>& speed, 
   std::vector<std::vector<ProbeFigures>> rounds;
   for (double s : speed) {
     std::vector<ProbeFigures> round;
-    for (size_t n = 0; n < factor.size(); ++n) round.push_back({s * factor[n], 0.1 * static_cast<double>(n + 1)});
+    for (size_t n = 0; n < factor.size(); ++n) {
+      round.push_back({s * factor[n], 0.1 * static_cast<double>(n + 1), n == 0 ? 0.0 : s * 0.3});
+    }
     rounds.push_back(round);
   }
   return rounds;
@@ -29,6 +31,9 @@ TEST(ProbeRounds, DriftBetweenRoundsCancels) {
   EXPECT_NEAR(factors->compute_scale[2].median, 0.96 * 2.2, 1e-12);
   EXPECT_NEAR(factors->compute_scale[2].spread, 0.0, 1e-12);
   EXPECT_NEAR(factors->action_gap_ms[1].median, 0.2, 1e-12);
+  // Sends are timed, not scaled: the median over the rounds (one rank has none).
+  EXPECT_EQ(factors->send_ms[0].median, 0.0);
+  EXPECT_NEAR(factors->send_ms[2].median, 0.92 * 0.3, 1e-12);
 }
 
 TEST(ProbeRounds, ASlowRunWithinARoundIsOutvoted) {

@@ -129,6 +129,29 @@ TEST(StepCosts, TheClustersMeasuredSendOverheadJoinsThem) {
   EXPECT_EQ(back->send_overhead_ms, 0.06);
 }
 
+TEST(StepCosts, TheProfilersSendTimePerRanksOnANodeReplacesTheClusters) {
+  // profile-links measured 0.06 ms per send on idle cores; the profiler's pipelines measured
+  // 0.4 ms with two ranks on the node and 1.1 ms with three (the wire's threads wait for a core).
+  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  plan.cluster.send_overhead_ms = 0.06;
+  plan.profile.step_costs = Measured();
+  plan.profile.step_costs->send_ms = {{0.0, 0.0}, {0.4, 0.05}, {1.1, 0.1}};
+  const Expected<Profile> back = ProfileFromJson(ProfileToJson(plan.profile), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  ASSERT_EQ(back->step_costs->send_ms.size(), 3u);
+  EXPECT_EQ(back->step_costs->send_ms[2].median, 1.1);
+  EXPECT_NEAR(BuildCostModel(plan).value().send_overhead_ms, 0.4, 1e-12);
+  plan = FourLayers(2, 2, Optimizer::kAdam);  // four ranks: past the measured counts, the last
+  plan.cluster.send_overhead_ms = 0.06;
+  plan.profile.step_costs = back->step_costs;
+  EXPECT_NEAR(BuildCostModel(plan).value().send_overhead_ms, 1.1, 1e-12);
+  // A calibration fitted from runs has its own.
+  Calibration fitted;
+  fitted.send_overhead_ms = 0.2;
+  plan.cluster.calibration = fitted;
+  EXPECT_NEAR(BuildCostModel(plan).value().send_overhead_ms, 0.2, 1e-12);
+}
+
 TEST(StepCosts, ASendOccupiesItsRankLongerTheMoreItCarries) {
   Plan plan = FourLayers(2, 1, Optimizer::kSgd);
   plan.profile.step_costs = Measured();
