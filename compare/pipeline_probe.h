@@ -36,8 +36,8 @@ struct PipelineProbeRequest {
   std::string model_path;
   /// Counts 1..max_ranks_per_node are measured.
   int max_ranks_per_node = 4;
-  int steps = 6;
-  int rounds = 3;
+  int steps = 20;
+  int rounds = 5;
   /// One rank's compute against the profile's layer times: the whole model run as one graph over
   /// the sum of its layers run one by one (OneGraphScale), entry 0 of the result.
   Measured one_rank_scale{1.0, 0.0};
