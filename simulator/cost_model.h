@@ -164,8 +164,8 @@ int RanksPerNode(const Cluster& cluster, int devices);
 /// both alike (on the 2-core machine: +68% and -16% for the two). So where the profile measured
 /// its node (step_costs.concurrent_ranks = C) and the prediction uses those measurements (the
 /// cluster has no calibration fitted from runs), compute is priced per moment: stage times carry
-/// one rank's factor, and while x ranks of the node compute each progresses at
-///   min(1, compute_scale[1] / compute_scale[min(ceil x, C)] x min(1, C / x))
+/// one rank's factor, and while x ranks of the node compute each progresses at (f(n) being
+///   compute_scale[n - 1]) min(1, f(1) / f(min(ceil x, C)) x min(1, C / x))
 /// (the co-located factor of that many, and past C the cores shared evenly). Replicas run in step,
 /// so x = a x (ranks on the node) / K when a of the simulated replica's K ranks compute. The rate
 /// never exceeds 1, so bounds priced at one rank's factor stay lower bounds.
