@@ -116,7 +116,10 @@ void RecordRankFailure(int rank) {
   if (dir == nullptr || *dir == '\0') return;
   const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::system_clock::now().time_since_epoch()).count();
-  std::ofstream(std::string(dir) + "/rank-" + std::to_string(rank)) << ns << "\n";
+  const std::string path = std::string(dir) + "/rank-" + std::to_string(rank);
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return;  // the earliest note stands
+  std::ofstream(path) << ns << "\n";
 }
 
 int LaunchRanks(const LaunchOptions& options, std::ostream& err) {

@@ -49,7 +49,9 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int local
 int LaunchRanks(const LaunchOptions& options, std::ostream& err);
 
 /// Called by a rank that fails with its own error: notes the time (in the folder the launcher
-/// names in GPIPE_FAILURE_DIR; nothing when it is not set).
+/// names in GPIPE_FAILURE_DIR; nothing when it is not set). A rank's first note stands, so the
+/// trainer notes an error where it catches it, before the rank's teardown closes the
+/// connections whose loss its peers will note later.
 void RecordRankFailure(int rank);
 
 }  // namespace gpipe::executor

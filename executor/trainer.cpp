@@ -12,6 +12,7 @@
 #include "executor/checkpoint.h"
 #include "executor/exception_text.h"
 #include "executor/data.h"
+#include "executor/launcher.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
 #include "executor/stage_runner.h"
@@ -248,6 +249,9 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, step_peak);
       if (options.on_step) options.on_step(step, options.steps, loss, time_ms);
     } catch (const std::exception& e) {
+      // Noted here, before this rank's teardown closes its connections: a peer that only loses
+      // its connection to this rank notes its own failure later.
+      RecordRankFailure(comm.rank());
       std::string where = "model " + model.name + ", " + who + " (stages " + StageList(outcome.record.stages) + "), step " + std::to_string(step);
       if (index < actions.size()) {
         where += ", action " + ActionToText(actions[index]) + " (" + std::to_string(index + 1) + " of " +
