@@ -60,9 +60,18 @@ std::vector<torch::Tensor> StageRunner::Parameters() const {
 
 void StageRunner::BeginStep(const Batch& replica_batch) {
   // Only the first stage reads the inputs and only the last the targets: a rank holds neither
-  // unless it runs that stage (the memory model counts no batch on the others).
-  batch_ = {IsLocal(0) ? replica_batch.input.to(config_.device) : torch::Tensor(),
-            IsLocal(config_.num_stages - 1) ? replica_batch.target.to(config_.device) : torch::Tensor()};
+  // unless it runs that stage (the memory model counts no batch on the others). Copies, not
+  // views: a view would keep the whole global batch alive, and one micro-batch's input could
+  // not be freed before the others'.
+  const auto copy = [&](const torch::Tensor& t) {
+    return t.to(config_.device, t.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  };
+  inputs_.clear();
+  if (IsLocal(0)) {
+    const int64_t b = replica_batch.input.size(0) / config_.microbatches;
+    for (int i = 0; i < config_.microbatches; ++i) inputs_.push_back(copy(replica_batch.input.narrow(0, i * b, b)));
+  }
+  targets_ = IsLocal(config_.num_stages - 1) ? copy(replica_batch.target) : torch::Tensor();
   loss_sum_ = torch::Tensor();
   step_loss_ = 0;
 }
@@ -118,8 +127,8 @@ Values StageRunner::RunLayers(StageSetup& stage, size_t begin, size_t end, Value
 }
 
 torch::Tensor StageRunner::Target(int microbatch) const {
-  const int64_t b = batch_.target.size(0) / config_.microbatches;
-  return batch_.target.narrow(0, microbatch * b, b);
+  const int64_t b = targets_.size(0) / config_.microbatches;
+  return targets_.narrow(0, microbatch * b, b);
 }
 
 torch::Tensor StageRunner::LossOfOutputs(const Action& a, const Values& out) const {
@@ -139,8 +148,14 @@ void StageRunner::Forward(const Action& a) {
   Micro& m = MicroOf(a.stage, a.microbatch);
   Values x;
   if (IsFirst(a.stage)) {
-    const int64_t b = batch_.input.size(0) / config_.microbatches;
-    x = {batch_.input.narrow(0, a.microbatch * b, b)};
+    // Taken: from here the micro-batch's own state holds its input, until its backward.
+    torch::Tensor& input = inputs_.at(static_cast<size_t>(a.microbatch));
+    if (!input.defined()) {
+      throw std::logic_error("the input of micro-batch " + std::to_string(a.microbatch) + " was already taken at " +
+                             ActionToText(a));
+    }
+    x = {std::move(input)};
+    input = torch::Tensor();
   } else if (IsLocal(a.stage - 1)) {
     x = m.input;  // handed over by the previous stage's forward
   } else {
@@ -360,6 +375,8 @@ void StageRunner::FinishStep() {
   }
   first_step_ = false;
   step_loss_ = HasLastStage() && loss_sum_.defined() ? loss_sum_.item<double>() / config_.microbatches : 0.0;
+  inputs_.clear();
+  targets_ = torch::Tensor();
 }
 
 }  // namespace gpipe::executor

@@ -87,7 +87,11 @@ class StageRunner {
   StageRunner(RunnerConfig config, std::vector<StageSetup> stages, RankWire wire, Communicator& comm,
               ActionClock& clock);
 
-  /// Starts a step on this replica's share of the global batch ([M * b] samples).
+  /// Starts a step on this replica's share of the global batch ([M * b] samples). The first
+  /// stage keeps a copy of each micro-batch's input until its forward takes it, the last stage a
+  /// copy of the targets until the step ends; nothing refers to `replica_batch` afterwards, so
+  /// a rank holds what the memory model counts (a micro-batch's input from its forward to its
+  /// backward), not the global batch.
   void BeginStep(const Batch& replica_batch);
   /// Runs `actions[index]` with its wire steps; a compute action's receives posted ahead are not
   /// part of its time.
@@ -174,7 +178,10 @@ class StageRunner {
   Communicator& comm_;
   ActionClock& clock_;
 
-  Batch batch_;
+  // This step's micro-batch inputs, each its own copy, taken by its forward (first stage only),
+  // and the targets (last stage only): the batch the trainer drew is not held.
+  std::vector<torch::Tensor> inputs_;
+  torch::Tensor targets_;
   bool first_step_ = true;  // the run's first step carries the shape headers
   std::map<std::pair<int, int>, Micro> micro_;
   std::map<Message, Incoming> incoming_;

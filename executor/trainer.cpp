@@ -137,6 +137,11 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
                            std::to_string(K * D) + " ranks");
   }
   const std::string who = "rank " + std::to_string(comm.rank());
+  // Opened before the meter starts: the data source's own tensors (the text's tokens, the
+  // synthetic images' class prototypes) are the input pipeline's, held on the host in a job on
+  // GPUs, not the model's memory that the plan predicts.
+  Expected<DataSource> data = DataSource::Open(model);
+  if (!data.ok()) return data.status().WithContext(who);
   MemoryMeter meter(options.device);
 
   RankOutcome outcome;
@@ -175,8 +180,6 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   outcome.has_last_stage = runner.HasLastStage();
   const std::vector<torch::Tensor> params = runner.Parameters();
   std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(plan, model, params);
-  Expected<DataSource> data = DataSource::Open(model);
-  if (!data.ok()) return data.status().WithContext(who);
 
   std::vector<int> group;
   for (int d = 0; d < D; ++d) group.push_back(plan.DeviceOf(d, prank));
@@ -218,8 +221,8 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       optimizer->zero_grad(/*set_to_none=*/true);
       meter.ResetPeak();
       outcome.record.step_start_memory_bytes.push_back(meter.CurrentBytes());
-      Batch batch = Slice(data->GlobalBatch(step, plan.global_batch), replica * replica_batch, replica_batch);
-      runner.BeginStep(batch);
+      // A temporary: the runner copies what its stages read, and the rest is freed here.
+      runner.BeginStep(Slice(data->GlobalBatch(step, plan.global_batch), replica * replica_batch, replica_batch));
       int64_t step_peak = meter.CurrentBytes();
       std::vector<std::pair<ActionMarks, ActionRecord>> timed;  // times are read once the step is over
       for (index = 0; index < actions.size(); ++index) {
