@@ -145,7 +145,10 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           Layer& layer = *layers[static_cast<size_t>(i)];
           LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
           where = "layer " + std::to_string(i) + " (" + layer.name() + "), forward";
-          ins[i] = LeavesOf(x);
+          // The first layer's input is the batch, as on a first stage: no gradient is asked of it
+          // (an image batch's would cost the first layer's backward time and memory the run
+          // never spends).
+          ins[i] = i == 0 ? x : LeavesOf(x);
           // A layer that may write into its input gets a copy of the leaves whose gradients are measured.
           const Values in = layer.MayWriteInput() ? ClonedOf(ins[i]) : ins[i];
           const int64_t before = meter.CurrentBytes();
@@ -183,7 +186,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
             meter.ResetPeak();
             if (input_only) {
               // The first layer's input needs no gradient: I stops at its outputs, as on a first stage.
-              const bool input_grads = AnyFloatingPoint(ins[i]);
+              const bool input_grads = i > 0 && AnyFloatingPoint(ins[i]);
               const Values& anchors = input_grads ? ins[i] : outs[i];
               Values anchor_grads;
               WeightPass weight;
