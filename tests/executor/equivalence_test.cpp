@@ -225,25 +225,8 @@ TEST(EquivalenceTest, AdamMatchesOneProcessWithinATenthOfAStep) {
 // Images through convolutions (no batch norm: its statistics are per micro-batch, the known
 // exception), cut into three stages.
 TEST(EquivalenceTest, ConvolutionsOnImagesMatchOneProcess) {
-  ModelSpec model;
-  model.name = "test-cnn";
-  model.input.kind = InputKind::kImages;
-  model.input.channels = 3;
-  model.input.height = model.input.width = 8;
-  model.input.classes = 4;
-  model.data.kind = DataKind::kSyntheticImages;
-  model.learning_rate = 0.1;
-  const auto layer = [](LayerType type, int64_t in, int64_t out) {
-    LayerSpec l;
-    l.type = type;
-    l.name = std::string(LayerTypeName(type)) + std::to_string(in) + "-" + std::to_string(out);
-    l.in = in;
-    l.out = out;
-    l.kernel = type == LayerType::kConv2d ? 3 : 2;
-    l.stride = type == LayerType::kConv2d ? 1 : 2;
-    l.padding = type == LayerType::kConv2d ? 1 : 0;
-    return l;
-  };
+  ModelSpec model = testing::ImageModel(/*size=*/8, /*classes=*/4, /*learning_rate=*/0.1);
+  const auto layer = testing::ImageLayer;
   model.layers = {layer(LayerType::kConv2d, 3, 8), layer(LayerType::kActivation, 0, 1),
                   layer(LayerType::kMaxPool2d, 0, 2), layer(LayerType::kConv2d, 8, 8),
                   layer(LayerType::kGlobalAvgPool, 0, 3), layer(LayerType::kLinear, 8, 4)};

@@ -13,33 +13,16 @@ namespace {
 
 // Convolutions on 16x16 images and a small classifier: the batch's images are far larger than
 // anything the classifier's rank computes.
-ModelSpec ImageModel() {
-  ModelSpec model;
-  model.name = "test-cnn";
-  model.input.kind = InputKind::kImages;
-  model.input.channels = 3;
-  model.input.height = model.input.width = 16;
-  model.input.classes = 4;
-  model.data.kind = DataKind::kSyntheticImages;
-  model.learning_rate = 0.01;
-  const auto layer = [](LayerType type, int64_t in, int64_t out) {
-    LayerSpec l;
-    l.type = type;
-    l.name = std::string(LayerTypeName(type)) + std::to_string(in) + "-" + std::to_string(out);
-    l.in = in;
-    l.out = out;
-    l.kernel = 3;
-    l.stride = 1;
-    l.padding = 1;
-    return l;
-  };
+ModelSpec ClassifiedImages() {
+  ModelSpec model = testing::ImageModel(/*size=*/16, /*classes=*/4, /*learning_rate=*/0.01);
+  const auto layer = testing::ImageLayer;
   model.layers = {layer(LayerType::kConv2d, 3, 8), layer(LayerType::kActivation, 0, 1),
                   layer(LayerType::kGlobalAvgPool, 0, 2), layer(LayerType::kLinear, 8, 4)};
   return model;
 }
 
 TEST(MemoryHeldTest, RanksHoldTheirMicroBatchesNotTheGlobalBatch) {
-  const ModelSpec model = ImageModel();
+  const ModelSpec model = ClassifiedImages();
   constexpr int64_t kBatch = 32;
   constexpr int64_t kImageBytes = 3 * 16 * 16 * 4;
   for (ScheduleKind schedule : {ScheduleKind::kGpipe, ScheduleKind::k1F1B}) {

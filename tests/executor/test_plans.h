@@ -45,6 +45,34 @@ inline ModelSpec TinyGpt(int blocks, double learning_rate = 0.1) {
   return m;
 }
 
+/// A model of images (3 channels, `size` x `size`, `classes` classes, synthetic data) with no
+/// layers yet; add them with ImageLayer.
+inline ModelSpec ImageModel(int64_t size, int64_t classes, double learning_rate) {
+  ModelSpec model;
+  model.name = "test-cnn";
+  model.input.kind = InputKind::kImages;
+  model.input.channels = 3;
+  model.input.height = model.input.width = size;
+  model.input.classes = classes;
+  model.data.kind = DataKind::kSyntheticImages;
+  model.learning_rate = learning_rate;
+  return model;
+}
+
+/// A layer of an image model: a 3x3 convolution (stride 1, padding 1), or a pooling of 2x2 with
+/// stride 2; `in` and `out` are the channels or features where the type has them.
+inline LayerSpec ImageLayer(LayerType type, int64_t in, int64_t out) {
+  LayerSpec l;
+  l.type = type;
+  l.name = std::string(LayerTypeName(type)) + std::to_string(in) + "-" + std::to_string(out);
+  l.in = in;
+  l.out = out;
+  l.kernel = type == LayerType::kConv2d ? 3 : 2;
+  l.stride = type == LayerType::kConv2d ? 1 : 2;
+  l.padding = type == LayerType::kConv2d ? 1 : 0;
+  return l;
+}
+
 /// A plan for `layers` layers cut as evenly as possible into the kind's stages (K; K x chunks in a
 /// loop; 2K in a V), placed as the kind places them.
 inline Plan EvenPlan(int layers, ScheduleKind schedule, int ranks, int chunks, int microbatches, int replicas,
