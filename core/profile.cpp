@@ -89,6 +89,9 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   layer.forward_workspace_bytes = r.OptionalBytes("forward_workspace_bytes", 0);
   layer.backward_workspace_bytes = r.OptionalBytes("backward_workspace_bytes", 0);
   layer.weight_pass_bytes = r.OptionalBytes("weight_pass_bytes", 0);
+  if (r.Has("inner_backward_workspace_bytes")) {
+    layer.inner_backward_workspace_bytes = r.OptionalBytes("inner_backward_workspace_bytes", 0);
+  }
   if (r.status().ok() && layer.backward_weight_ms && *layer.backward_weight_ms > layer.backward_ms) {
     r.Fail("backward_weight_ms", "is " + std::to_string(*layer.backward_weight_ms) +
                                      ", more than backward_ms (" + std::to_string(layer.backward_ms) +
@@ -175,6 +178,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
     if (layer.forward_workspace_bytes != 0) l["forward_workspace_bytes"] = layer.forward_workspace_bytes;
     if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
     if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;
+    if (layer.inner_backward_workspace_bytes) l["inner_backward_workspace_bytes"] = *layer.inner_backward_workspace_bytes;
     layers.push_back(std::move(l));
   }
   json["layers"] = std::move(layers);

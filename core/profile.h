@@ -44,6 +44,17 @@ struct LayerProfile {
   /// gradients I captures where the parameters' paths meet the input path, held from I until W
   /// (zero-bubble schedules). Optional in the file (0: not measured).
   int64_t weight_pass_bytes = 0;
+  /// The backward's workspace as for a layer that is not its stage's last, where the layer after
+  /// has run its backward: the gradient of its output handed to autograd, which frees it once its
+  /// first node has used it, and the output held only by the layer's own graph (measured from the
+  /// start, output and gradient included). backward_workspace_bytes is the same with both held
+  /// throughout, as a stage's last layer holds its output and the gradient it received.
+  /// Optional in the file (absent: backward_workspace_bytes, an upper bound).
+  std::optional<int64_t> inner_backward_workspace_bytes = std::nullopt;
+  /// Inner workspace: measured, or else the held one.
+  int64_t InnerBackwardWorkspaceBytes() const {
+    return inner_backward_workspace_bytes.value_or(backward_workspace_bytes);
+  }
 };
 
 /// A parameter that several layers share (tied weights: GPT-2's LM head uses the token

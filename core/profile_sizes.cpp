@@ -34,6 +34,11 @@ std::map<int64_t, std::pair<int64_t, std::vector<LayerProfile>>> Points(const Pr
         layer.forward_workspace_bytes = l.value("forward_workspace_bytes", int64_t{0});
         layer.backward_workspace_bytes = l.value("backward_workspace_bytes", int64_t{0});
         layer.weight_pass_bytes = l.value("weight_pass_bytes", int64_t{0});
+        if (l.contains("inner_backward_workspace_bytes")) {
+          layer.inner_backward_workspace_bytes = l.at("inner_backward_workspace_bytes").get<int64_t>();
+        } else {
+          layer.inner_backward_workspace_bytes.reset();
+        }
         read.push_back(layer);
       }
       points[size] = {m.value("input_bytes", profile.input_bytes), std::move(read)};
@@ -88,6 +93,9 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
       l.forward_workspace_bytes = std::llround(static_cast<double>(l.forward_workspace_bytes) * scale);
       l.backward_workspace_bytes = std::llround(static_cast<double>(l.backward_workspace_bytes) * scale);
       l.weight_pass_bytes = std::llround(static_cast<double>(l.weight_pass_bytes) * scale);
+      if (l.inner_backward_workspace_bytes) {
+        *l.inner_backward_workspace_bytes = std::llround(static_cast<double>(*l.inner_backward_workspace_bytes) * scale);
+      }
     }
     out.input_bytes = std::llround(static_cast<double>(out.input_bytes) * scale);
     const std::string how = "the profile measured micro-batches of " + sizes + " only; times and activations for " +
@@ -120,6 +128,12 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
     l.forward_workspace_bytes = MixBytes(a[i].forward_workspace_bytes, b[i].forward_workspace_bytes, t);
     l.backward_workspace_bytes = MixBytes(a[i].backward_workspace_bytes, b[i].backward_workspace_bytes, t);
     l.weight_pass_bytes = MixBytes(a[i].weight_pass_bytes, b[i].weight_pass_bytes, t);
+    if (a[i].inner_backward_workspace_bytes && b[i].inner_backward_workspace_bytes) {
+      l.inner_backward_workspace_bytes =
+          MixBytes(*a[i].inner_backward_workspace_bytes, *b[i].inner_backward_workspace_bytes, t);
+    } else {
+      l.inner_backward_workspace_bytes.reset();
+    }
   }
   out.input_bytes = MixBytes(lo->second.first, hi->second.first, t);
   const std::string how = std::string(outside ? "extrapolated" : "interpolated") + " linearly to micro-batches of " +

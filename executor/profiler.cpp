@@ -20,6 +20,12 @@
 namespace gpipe::executor {
 namespace {
 
+// A round's passes over the layers: the whole backward (timed; its workspace measured in the first
+// round), the backward split into I and W (timed), and the whole backward as inside a stage, each
+// layer's output gradient handed to autograd and its output let go (the first round only, for its
+// workspace).
+enum class Pass { kFull, kSplit, kHanded };
+
 // The loss of the last layer's outputs: one tensor, the logits.
 torch::Tensor LossOfLast(const ModelSpec& model, const Layer& last, const Values& out, const torch::Tensor& target) {
   if (out.size() != 1) {
@@ -138,7 +144,12 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
                                         &weight_grad = state.weight_grad;
       std::vector<double>& whole = state.whole;
       const bool keep = round >= settings.warmup;
-      for (const bool input_only : {false, true}) {
+      // The third pass, in the first round only, measures memory and no time: each layer's
+      // backward as inside a stage (inner_backward_workspace_bytes).
+      for (const Pass pass : {Pass::kFull, Pass::kSplit, Pass::kHanded}) {
+        if (pass == Pass::kHanded && round != 0) continue;
+        const bool input_only = pass == Pass::kSplit;
+        const bool timed = pass != Pass::kHanded;
         std::vector<Values> ins(n), outs(n);
         Values x = {batch.input};
         for (int i = 0; i < n; ++i) {
@@ -157,19 +168,19 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
             outs[i] = layer.Apply(in);
             if (i + 1 == n) outs[i] = {LossOfLast(model, layer, outs[i], batch.target)};
           });
-          if (round == 0 && !input_only) {
+          if (round == 0 && pass == Pass::kFull) {
             m.name = layer.name();
             m.param_bytes = BytesOf(layer.Parameters());
             m.activation_bytes = meter.CurrentBytes() - before;
             m.forward_workspace_bytes = std::max<int64_t>(0, meter.PeakBytes() - meter.CurrentBytes());
             m.output_bytes = BytesOf(outs[i]);
           }
-          if (keep && !input_only) f[i].push_back(ms);
+          if (keep && pass == Pass::kFull) f[i].push_back(ms);
           x = outs[i];
         }
         // The workspace is measured with every weight's gradient already there, as in training
         // from a step's second micro-batch on: the backward adds into it through a temporary.
-        const bool measure_workspace = round == 0 && !input_only;
+        const bool measure_workspace = round == 0 && pass != Pass::kSplit;
         if (measure_workspace) {
           for (auto& layer : layers) {
             for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::zeros_like(p);
@@ -198,6 +209,18 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
               }
               weight_ms = DeviceTimeMs(settings.device, [&] { weight.Run(); });
               if (input_grads) next_grad = GradientMessage(ins[i], anchor_grads);
+            } else if (pass == Pass::kHanded) {
+              // Inside a stage, the layer after has run its backward and let go of this layer's
+              // output: only this layer's own graph may still hold it.
+              if (i + 1 < n) ins[i + 1].clear();
+              if (i + 1 == n) x.clear();
+              meter.ResetPeak();
+              RunBackwardHandingOver(std::move(outs[i]), std::move(grad));
+              next_grad = InputGradients(ins[i]);
+              // The next layer down gets the only reference, so that its backward can free it.
+              for (const torch::Tensor& t : ins[i]) {
+                if (t.requires_grad()) t.mutable_grad() = torch::Tensor();
+              }
             } else {
               ms = DeviceTimeMs(settings.device, [&] {
                 RunBackward(outs[i], grad);
@@ -205,12 +228,13 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
               });
             }
             if (measure_workspace) {
-              size.layers[static_cast<size_t>(i)].backward_workspace_bytes =
+              LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
+              (pass == Pass::kHanded ? m.inner_backward_workspace_bytes : m.backward_workspace_bytes) =
                   std::max<int64_t>(0, meter.PeakBytes() - before);
             }
           }
           if (keep && input_only) weight_grad[i].push_back(weight_ms);
-          if (keep) (input_only ? input_grad : bwd)[i].push_back(ms);
+          if (keep && timed) (input_only ? input_grad : bwd)[i].push_back(ms);
           grad = i > 0 && next_grad.empty() ? GradientMessage(outs[i - 1], {}) : next_grad;
         }
         clear_grads();
@@ -273,6 +297,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.output_bytes = m.output_bytes;
     layer.forward_workspace_bytes = m.forward_workspace_bytes;
     layer.backward_workspace_bytes = m.backward_workspace_bytes;
+    layer.inner_backward_workspace_bytes = m.inner_backward_workspace_bytes;
     layer.weight_pass_bytes = m.weight_pass_bytes;
     profile.layers.push_back(layer);
   }
@@ -299,6 +324,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
                         {"output_bytes", m.output_bytes},
                         {"forward_workspace_bytes", m.forward_workspace_bytes},
                         {"backward_workspace_bytes", m.backward_workspace_bytes},
+                        {"inner_backward_workspace_bytes", m.inner_backward_workspace_bytes},
                         {"weight_pass_bytes", m.weight_pass_bytes}});
     }
     measurements.push_back({{"microbatch_size", size.microbatch_size},
@@ -318,7 +344,9 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       "its input-gradient pass I, timed as backward_input under measurements); activation_bytes is what the forward leaves allocated "
       "while its graph lives, output included; forward_workspace_bytes is the forward's peak above that, "
       "backward_workspace_bytes the backward's peak above what it starts with (every weight's gradient "
-      "already allocated, as from a step's second micro-batch on); weight_pass_bytes is what I leaves for W: the storage "
+      "already allocated, as from a step's second micro-batch on) with the gradient of its output held, as a stage's last "
+      "layer has it, inner_backward_workspace_bytes the same as inside a stage: that gradient handed to autograd, which frees it "
+      "once used, and the output held only by the layer's own graph; weight_pass_bytes is what I leaves for W: the storage "
       "of the gradients it captured where the parameters' paths meet the input path, each storage once, less the gradient "
       "it passes on.";
   return profile;

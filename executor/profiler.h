@@ -50,9 +50,12 @@ struct LayerMeasurement {
   int64_t param_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t output_bytes = 0;
-  /// Peak during the forward above what it leaves; peak during the backward above its start.
+  /// Peak during the forward above what it leaves; peak during the backward above its start,
+  /// with the gradient of the output held throughout (a stage's last layer: the received
+  /// gradient) and with it handed to autograd, which frees it once used (a layer inside a stage).
   int64_t forward_workspace_bytes = 0;
   int64_t backward_workspace_bytes = 0;
+  int64_t inner_backward_workspace_bytes = 0;
   /// What the input-gradient pass I leaves for W (WeightPass::HeldBytes).
   int64_t weight_pass_bytes = 0;
 };

@@ -4,6 +4,25 @@
 #include <string>
 
 namespace gpipe::executor {
+namespace {
+
+// A node after `out` whose backward ignores the (empty) gradient it gets and returns the one it was
+// given in the forward, moved out of its context: the only reference then is autograd's own.
+struct HandOver : torch::autograd::Function<HandOver> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& out, torch::Tensor grad) {
+    ctx->saved_data["grad"] = std::move(grad);
+    // Empty, not a view: the output's storage is held only by whatever else holds it.
+    return torch::empty({0}, out.options());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 const torch::autograd::variable_list& /*ignored*/) {
+    torch::Tensor grad = ctx->saved_data["grad"].toTensor();
+    ctx->saved_data.clear();
+    return {std::move(grad), torch::Tensor()};
+  }
+};
+
+}  // namespace
 
 Values LeavesOf(const Values& x) {
   Values leaves;
@@ -79,6 +98,25 @@ void RunBackward(const Values& outputs, const Values& grads) {
   auto [roots, seeds] = BackwardRoots(outputs, grads);
   if (roots.empty()) return;
   torch::autograd::backward(roots, seeds);
+}
+
+void RunBackwardHandingOver(Values&& outputs, Values&& grads) {
+  auto [roots, seeds] = BackwardRoots(outputs, grads);
+  outputs.clear();
+  grads.clear();
+  if (roots.empty()) return;
+  if (seeds.empty()) {  // a scalar loss: nothing to hand over
+    torch::autograd::backward(roots);
+    return;
+  }
+  Values handed, empty;
+  for (size_t k = 0; k < roots.size(); ++k) {
+    handed.push_back(HandOver::apply(roots[k], std::move(seeds[k])));
+    empty.push_back(torch::ones_like(handed.back()));
+  }
+  seeds.clear();
+  roots.clear();
+  torch::autograd::backward(handed, empty);
 }
 
 }  // namespace gpipe::executor

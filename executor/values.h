@@ -37,5 +37,11 @@ Values InputGradients(const Values& inputs);
 std::pair<Values, Values> BackwardRoots(const Values& outputs, const Values& grads);
 /// Runs the backward from `outputs` (accumulating into .grad()).
 void RunBackward(const Values& outputs, const Values& grads);
+/// The same with `outputs` and `grads` handed to autograd, as inside a stage a layer's backward
+/// gets them from the layer after: autograd holds the gradients' only reference and frees each
+/// once the first node has used it, and the outputs live only as long as the layer's own graph
+/// keeps them. For the profiler's workspace of a layer that is not its stage's last. Both are
+/// empty afterwards.
+void RunBackwardHandingOver(Values&& outputs, Values&& grads);
 
 }  // namespace gpipe::executor

@@ -83,7 +83,9 @@ void LayerTable::StageBuilder::Extend() {
   forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));
   if (end_ > first_) {
     const LayerProfile& before = table_->profile_->layers[end_ - 1];
-    const double inner = last_backward_workspace_ + static_cast<double>(before.output_bytes);
+    // The layer before, now inside the stage: autograd hands it the gradient of its output.
+    const double inner =
+        static_cast<double>(before.InnerBackwardWorkspaceBytes()) + static_cast<double>(before.output_bytes);
     inner_backward_workspace_ = std::max(inner_backward_workspace_, inner);
     // Every layer before this one runs its full backward after this one's activations are freed.
     freed_inner_backward_workspace_ = std::max(freed_inner_backward_workspace_, inner) - static_cast<double>(layer.activation_bytes);

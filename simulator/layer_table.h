@@ -48,7 +48,8 @@ class LayerTable {
     int end_;
     double forward_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
     // Workspaces: the largest forward one; the largest backward one of the layers before the
-    // last, each with the gradient of its output held meanwhile; the last layer's. A full
+    // last, each its inner workspace (the gradient of its output handed to autograd) above that
+    // gradient; the last layer's, the gradient it received held throughout. A full
     // backward has freed the activations of the layers after each one by the time it runs
     // (freed_inner_backward_workspace_ takes them off); a split one (I, W) keeps the graph.
     double weight_pass_ = 0;

@@ -65,6 +65,35 @@ TEST(ProfileSizesTest, MeasuredInterpolatedExtrapolated) {
   EXPECT_EQ(again, note);
 }
 
+TEST(ProfileSizesTest, TheInnerBackwardWorkspaceFollowsTheSizesWhereMeasured) {
+  Profile p = TwoSizes();
+  p.extra["measurements"][0]["layers"][0]["inner_backward_workspace_bytes"] = 100;
+  p.extra["measurements"][1]["layers"][0]["inner_backward_workspace_bytes"] = 300;
+  EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].inner_backward_workspace_bytes, 200);
+  EXPECT_EQ(ProfileAtMicrobatch(p, 8).layers[0].inner_backward_workspace_bytes, 300);
+  // One size without it: absent, so the held workspace stands in (an upper bound), not a guess.
+  p.extra["measurements"][1]["layers"][0].erase("inner_backward_workspace_bytes");
+  p.layers[0].backward_workspace_bytes = 700;
+  p.layers[0].inner_backward_workspace_bytes = 100;
+  EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].inner_backward_workspace_bytes, std::nullopt);
+  EXPECT_EQ(ProfileAtMicrobatch(p, 8).layers[0].InnerBackwardWorkspaceBytes(), 0);  // size 8 measured none
+  // A file round-trips it, and one without it reads as absent.
+  Profile one = TwoSizes();
+  one.extra.erase("measurements");
+  one.layers[0].inner_backward_workspace_bytes = 123;
+  Expected<Profile> read = ProfileFromJson(ProfileToJson(one), "p.json");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->layers[0].inner_backward_workspace_bytes, 123);
+  EXPECT_EQ(ProfileAtMicrobatch(one, 2).layers[0].inner_backward_workspace_bytes, 62);  // scaled, rounded
+  one.layers[0].inner_backward_workspace_bytes.reset();
+  read = ProfileFromJson(ProfileToJson(one), "p.json");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_EQ(read->layers[0].inner_backward_workspace_bytes, std::nullopt);
+  nlohmann::json bad = ProfileToJson(one);
+  bad["layers"][0]["inner_backward_workspace_bytes"] = -1;
+  EXPECT_FALSE(ProfileFromJson(bad, "p.json").ok());
+}
+
 TEST(ProfileSizesTest, OneSizeScalesLinearly) {
   Profile one = TwoSizes();
   one.extra.erase("measurements");

@@ -3,6 +3,7 @@
 
 #include "core/profile.h"
 #include "executor/profiler.h"
+#include "tests/executor/test_plans.h"
 
 namespace gpipe::executor {
 namespace {
@@ -75,6 +76,41 @@ TEST(ProfilerTest, BytesMatchHandCounts) {
   EXPECT_GE(layers[3].weight_pass_bytes, 4 * hidden);
   // The head keeps its layer-norm output and the logits for the loss.
   EXPECT_GE(layers[4].activation_bytes, kB * kS * kVocab * 4);
+}
+
+// The backward workspace twice: with the gradient of the layer's output held (a stage's last
+// layer holds what it received) and handed to autograd (inside a stage, the layer after gave it).
+TEST(ProfilerTest, TheInnerBackwardWorkspaceFreesTheIncomingGradient) {
+  ModelSpec model = testing::ImageModel(/*size=*/16, /*classes=*/4, /*learning_rate=*/0.01);
+  model.layers = {testing::ImageLayer(LayerType::kConvBlock, 3, 8), testing::ImageLayer(LayerType::kConvBlock, 8, 8),
+                  testing::ImageLayer(LayerType::kGlobalAvgPool, 8, 8), testing::ImageLayer(LayerType::kLinear, 8, 4)};
+  for (int i : {0, 1}) {  // 3x3, stride 1, padding 1: 16x16 images stay 16x16
+    model.layers[static_cast<size_t>(i)].kernel = 3;
+    model.layers[static_cast<size_t>(i)].stride = 1;
+    model.layers[static_cast<size_t>(i)].padding = 1;
+  }
+  ProfileSettings settings;
+  settings.microbatch_sizes = {kB};
+  settings.warmup = 0;
+  settings.repeats = 1;
+  Expected<std::vector<SizeMeasurement>> sizes = MeasureModel(model, settings);
+  ASSERT_TRUE(sizes.ok()) << sizes.status().message();
+  const std::vector<LayerMeasurement>& layers = sizes->front().layers;
+  const LayerMeasurement& block = layers[1];
+  const int64_t out = kB * 8 * 16 * 16 * 4;  // the block's output, fp32 [b, 8, 16, 16]
+  ASSERT_EQ(block.output_bytes, out);
+  // Its backward makes the ReLU's gradient, then batch norm's, then the convolution's input
+  // gradient. Inside a stage, the incoming gradient (handed over) and the block's own output
+  // (the ReLU's result, which the layer after no longer holds) are both gone after the ReLU's
+  // backward, before batch norm's peak: exactly two outputs' bytes less.
+  EXPECT_EQ(block.inner_backward_workspace_bytes, block.backward_workspace_bytes - 2 * out);
+  EXPECT_GE(block.inner_backward_workspace_bytes, 2 * out);  // still two of its gradients at once
+  // The pooling's backward keeps no output: only its [b, 8] output's bytes less.
+  EXPECT_EQ(layers[2].inner_backward_workspace_bytes, layers[2].backward_workspace_bytes - kB * 8 * 4);
+  // Both go into the profile.
+  const Profile profile = ProfileFromMeasurements(model, settings, *sizes);
+  EXPECT_EQ(profile.layers[1].inner_backward_workspace_bytes, block.inner_backward_workspace_bytes);
+  EXPECT_EQ(profile.layers[1].backward_workspace_bytes, block.backward_workspace_bytes);
 }
 
 TEST(ProfilerTest, TimesAreMeasuredAndConsistent) {

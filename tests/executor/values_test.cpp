@@ -98,6 +98,17 @@ TEST(ValuesTest, BackwardFromSeveralOutputsMatchesOneBackward) {
   EXPECT_FALSE(anchor_grads[1].defined());
   pass.Run();
   EXPECT_TRUE(torch::allclose(w.grad(), want_w, 1e-5, 1e-6));
+
+  // Handed to autograd (the profiler's inner workspace): the same gradients, and the caller's
+  // outputs and gradients are gone.
+  w.mutable_grad() = torch::Tensor();
+  const Values in3 = LeavesOf({in[0].detach(), in[1]});
+  Values out3 = {in3[0].matmul(w), torch::ones({2, 3}), in3[1] + 1, in3[0].tanh()};
+  Values handed = {grads[0].clone(), grads[1].clone(), grads[2].clone()};
+  RunBackwardHandingOver(std::move(out3), std::move(handed));
+  EXPECT_TRUE(out3.empty() && handed.empty());  // NOLINT(bugprone-use-after-move): cleared, as documented
+  EXPECT_TRUE(torch::allclose(in3[0].grad(), want_input, 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(w.grad(), want_w, 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -237,6 +237,36 @@ TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
   EXPECT_EQ(first_largest.Stage(0, 3, false).backward_workspace_bytes, 2 * (1100 - 300 - 400));
 }
 
+TEST(Memory, ALayerInsideAStageCostsItsInnerWorkspaceAndOnlyTheLastItsHeldOne) {
+  Profile profile;
+  profile.microbatch_size = 1;
+  for (int l = 0; l < 2; ++l) {
+    LayerProfile layer;
+    layer.name = "l" + std::to_string(l);
+    layer.forward_ms = layer.backward_ms = 1;
+    layer.output_bytes = 100;
+    // Held: the gradient of the output on top of what the backward allocates (a conv block's
+    // ReLU makes a new tensor, then batch norm and the convolution peak while the old one lives).
+    layer.backward_workspace_bytes = 900;
+    profile.layers.push_back(layer);
+  }
+  const LayerTable held(profile, 1.0, Optimizer::kAdam);  // without the inner figure: the held one
+  EXPECT_EQ(held.Stage(0, 2, false).backward_workspace_bytes, 900 + 100);
+  EXPECT_EQ(held.Stage(0, 2, false).split_backward_workspace_bytes, 900 + 100);
+  // Handed to autograd, the gradient is gone before the peak: layer 0 inside the stage costs
+  // 500 above that gradient, while the stage's last layer, holding what it received, costs 900.
+  profile.layers[0].inner_backward_workspace_bytes = 500;
+  profile.layers[1].inner_backward_workspace_bytes = 1;  // never used: layer 1 is last
+  const LayerTable inner(profile, 3.0, Optimizer::kAdam);
+  EXPECT_EQ(inner.Stage(0, 2, false).backward_workspace_bytes, 3 * 900);
+  EXPECT_EQ(inner.Stage(0, 1, false).backward_workspace_bytes, 3 * 900);
+  profile.layers[1].backward_workspace_bytes = 200;
+  const LayerTable small_last(profile, 3.0, Optimizer::kAdam);
+  EXPECT_EQ(small_last.Stage(0, 2, false).backward_workspace_bytes, 3 * (500 + 100));
+  EXPECT_EQ(small_last.Stage(0, 2, false).split_backward_workspace_bytes, 3 * (500 + 100));
+  EXPECT_EQ(small_last.Stage(1, 2, false).backward_workspace_bytes, 3 * 200);
+}
+
 TEST(Memory, StaticBytesFollowTheOptimizer) {
   Plan plan;
   plan.profile.layers = {LayerProfile{"a", 1, 2, std::nullopt, 100, 10, 1}, LayerProfile{"b", 1, 2, std::nullopt, 300, 10, 1}};
