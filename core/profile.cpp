@@ -89,6 +89,7 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   layer.forward_workspace_bytes = r.OptionalBytes("forward_workspace_bytes", 0);
   layer.backward_workspace_bytes = r.OptionalBytes("backward_workspace_bytes", 0);
   layer.weight_pass_bytes = r.OptionalBytes("weight_pass_bytes", 0);
+  layer.output_tensors = static_cast<int>(r.OptionalInteger("output_tensors", 1, 1 << 20, 1));
   if (r.Has("inner_backward_workspace_bytes")) {
     layer.inner_backward_workspace_bytes = r.OptionalBytes("inner_backward_workspace_bytes", 0);
   }
@@ -179,6 +180,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
     if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
     if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;
     if (layer.inner_backward_workspace_bytes) l["inner_backward_workspace_bytes"] = *layer.inner_backward_workspace_bytes;
+    if (layer.output_tensors != 1) l["output_tensors"] = layer.output_tensors;
     layers.push_back(std::move(l));
   }
   json["layers"] = std::move(layers);

@@ -51,6 +51,10 @@ struct LayerProfile {
   /// throughout, as a stage's last layer holds its output and the gradient it received.
   /// Optional in the file (absent: backward_workspace_bytes, an upper bound).
   std::optional<int64_t> inner_backward_workspace_bytes = std::nullopt;
+  /// Tensors leaving the layer (Llama's hidden states with its rotary embeddings and position ids:
+  /// 3). One travels between stages as itself; several are packed into one message, a copy.
+  /// Optional in the file (1).
+  int output_tensors = 1;
   /// Inner workspace: measured, or else the held one.
   int64_t InnerBackwardWorkspaceBytes() const {
     return inner_backward_workspace_bytes.value_or(backward_workspace_bytes);

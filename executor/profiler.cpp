@@ -174,6 +174,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
             m.activation_bytes = meter.CurrentBytes() - before;
             m.forward_workspace_bytes = std::max<int64_t>(0, meter.PeakBytes() - meter.CurrentBytes());
             m.output_bytes = BytesOf(outs[i]);
+            m.output_tensors = static_cast<int>(outs[i].size());
           }
           if (keep && pass == Pass::kFull) f[i].push_back(ms);
           x = outs[i];
@@ -298,6 +299,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.forward_workspace_bytes = m.forward_workspace_bytes;
     layer.backward_workspace_bytes = m.backward_workspace_bytes;
     layer.inner_backward_workspace_bytes = m.inner_backward_workspace_bytes;
+    layer.output_tensors = m.output_tensors;
     layer.weight_pass_bytes = m.weight_pass_bytes;
     profile.layers.push_back(layer);
   }

@@ -50,6 +50,7 @@ struct LayerMeasurement {
   int64_t param_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t output_bytes = 0;
+  int output_tensors = 1;
   /// Peak during the forward above what it leaves; peak during the backward above its start,
   /// with the gradient of the output held throughout (a stage's last layer: the received
   /// gradient) and with it handed to autograd, which frees it once used (a layer inside a stage).

@@ -59,6 +59,10 @@ struct StageCost {
   double weight_pass_bytes = 0;
   /// The executor keeps every tensor the stage sends until the step ends (Gloo; calibrated).
   bool sends_held = false;
+  /// The output the stage sends is the stash's own tensor: one tensor, which travels as itself,
+  /// kept for the backward (no remat, or partial remat). A held send then costs nothing more
+  /// until the stash lets go of it at the micro-batch's B (or W).
+  bool sent_output_in_stash = false;
 
   /// Kept from the forward until the backward: the activations and the stage's input, which the
   /// first layer's graph holds (a profile's activation_bytes counts what a layer allocates, not

@@ -116,6 +116,7 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
   c.output_bytes = table_->OutputBytes(end_ - 1);
   c.static_bytes = params_ * table_->factor_;
   c.sends_held = table_->sends_held_;
+  c.sent_output_in_stash = (layers == 0 || c.partial_remat) && table_->profile_->layers[end_ - 1].output_tensors == 1;
   if (table_->workspaces_) {
     c.forward_workspace_bytes = forward_workspace_ * table_->scale_;
     c.backward_workspace_bytes =

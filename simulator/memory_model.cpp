@@ -30,6 +30,8 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_end.recompute = -recompute;
       e.at_end.gradient_buffers = -gradient_buffer;
       e.at_end.in_flight = -1;
+      // A stage whose gradient comes from another rank sent its output there.
+      e.at_end.sent_outputs_unstashed = gradient_buffer;
       break;
     case Op::kBackwardInput:
       e.at_start.split_backward_workspaces = 1;
@@ -46,6 +48,7 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_end.stash = -1;
       e.at_end.recompute = -recompute;
       e.at_end.in_flight = -1;
+      e.at_end.sent_outputs_unstashed = gradient_buffer;
       break;
     case Op::kSendActivation:
       e.at_start.sent_outputs = 1;
@@ -67,7 +70,10 @@ MemoryChange Bytes(const MemoryCounts& n, const StageCost& c) {
                             n.split_backward_workspaces * c.split_backward_workspace_bytes +
                             n.weight_pending * c.weight_pass_bytes;
   change.buffer_bytes = n.gradient_buffers * c.output_bytes + n.input_buffers * c.input_bytes;
-  if (c.sends_held) change.buffer_bytes += n.sent_outputs * c.output_bytes + n.sent_inputs * c.input_bytes;
+  if (c.sends_held) {
+    change.buffer_bytes += (c.sent_output_in_stash ? n.sent_outputs_unstashed : n.sent_outputs) * c.output_bytes +
+                           n.sent_inputs * c.input_bytes;
+  }
   change.in_flight = n.in_flight;
   return change;
 }
@@ -147,10 +153,10 @@ namespace gpipe {
 // Pricing replays the walk this many times before it builds the set of maximal vectors.
 constexpr int kWalksBeforeBuild = 8;
 // Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs,
-// micro-batches between I and W, forward, backward and split-backward workspaces (the last three
-// only in the walk with workspaces).
-constexpr int kCounts = 10;
-constexpr int kCountsWithoutWorkspaces = 7;
+// micro-batches between I and W, sent outputs the stash let go of, forward, backward and
+// split-backward workspaces (the last three only in the walk with workspaces).
+constexpr int kCounts = 11;
+constexpr int kCountsWithoutWorkspaces = 8;
 
 MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
   std::vector<int> slot(schedule.num_stages(), -1);
@@ -173,8 +179,8 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
   const auto record = [&](const MemoryCounts& n, int at) {
     const int deltas[kCounts] = {n.stash,          n.recompute,          n.gradient_buffers,
                                  n.input_buffers,  n.sent_outputs,       n.sent_inputs,
-                                 n.weight_pending, n.forward_workspaces, n.backward_workspaces,
-                                 n.split_backward_workspaces};
+                                 n.weight_pending, n.sent_outputs_unstashed, n.forward_workspaces,
+                                 n.backward_workspaces, n.split_backward_workspaces};
     for (int k = 0; k < walk.stride; ++k) {
       if (deltas[k] != 0) changes.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
     }
@@ -259,13 +265,14 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
     price[1] = c.recomputed_bytes();
     price[2] = c.output_bytes;
     price[3] = c.input_bytes;
-    price[4] = c.sends_held ? c.output_bytes : 0.0;
+    price[4] = c.sends_held && !c.sent_output_in_stash ? c.output_bytes : 0.0;
     price[5] = c.sends_held ? c.input_bytes : 0.0;
     price[6] = c.weight_pass_bytes;
+    price[7] = c.sends_held && c.sent_output_in_stash ? c.output_bytes : 0.0;
     if (workspaces) {
-      price[7] = c.forward_workspace_bytes;
-      price[8] = c.backward_workspace_bytes;
-      price[9] = c.split_backward_workspace_bytes;
+      price[8] = c.forward_workspace_bytes;
+      price[9] = c.backward_workspace_bytes;
+      price[10] = c.split_backward_workspace_bytes;
     }
   }
   if (!walk.built && ++walk.walks > kWalksBeforeBuild) BuildVectors(walk);

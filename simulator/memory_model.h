@@ -15,7 +15,10 @@
 //                     cost says sends are held (StageCost::sends_held, calibrated for Gloo): then
 //   SEND_F   start: + the stage's output bytes,   SEND_B start: + the stage's input bytes, until
 //                     the step ends (a Gloo send reports completion only when waited on, and the
-//                     executor waits at the step's end; measured in docs/compare.md).
+//                     executor waits at the step's end; measured in docs/compare.md). A sent
+//                     output that is the stash's own tensor (StageCost::sent_output_in_stash)
+//                     costs nothing more until the stash lets go of it:
+//   B / W    end:     + the stage's output bytes instead, until the step ends.
 // Static bytes (parameters, gradients, optimizer state) are held throughout.
 #pragma once
 
@@ -29,7 +32,8 @@ namespace gpipe {
 
 /// What an action does to a rank's memory in units of its stage's quantities: stashes
 /// (stash_bytes each), recomputed activations (activation_bytes each), gradient buffers
-/// (output_bytes each), input buffers (input_bytes each), sent tensors when held, what I leaves
+/// (output_bytes each), input buffers (input_bytes each), sent tensors when held (outputs: from
+/// the send, or from the stash's release when the stash holds them), what I leaves
 /// for W (weight_pass_bytes each), and workspaces
 /// (forward_workspace_bytes, backward_workspace_bytes, split_backward_workspace_bytes each). The byte effect is the dot product;
 /// the planner keeps the counts to price many stages without walking the list again.
@@ -41,6 +45,9 @@ struct MemoryCounts {
   /// Sent outputs (SEND_F) and sent input gradients (SEND_B), priced only when sends are held.
   int sent_outputs = 0;
   int sent_inputs = 0;
+  /// Sent outputs that the stash held until their B (or W) ended, held by the send alone from
+  /// there (priced only when sends are held and the stage's output is in its stash).
+  int sent_outputs_unstashed = 0;
   /// Micro-batches between their I and their W: what I captured for W (weight_pass_bytes).
   int weight_pending = 0;
   /// Forward, full backward and split backward (I, W) workspaces (transient: each action frees
@@ -72,7 +79,7 @@ struct MemoryEffect {
 
 /// The effect of `action` given its stage's costs. `received_input`: the stage's input comes
 /// from another rank (a RECV_F precedes its forwards); `received_gradient`: likewise for the
-/// gradient of its output (a RECV_B precedes its backwards).
+/// gradient of its output (a RECV_B precedes its backwards), and so it sends its output there.
 MemoryEffect EffectOf(const Action& action, const StageCost& stage, bool received_input, bool received_gradient);
 
 /// The effect of `action` in `schedule`, with the receive flags read off the stage layout.

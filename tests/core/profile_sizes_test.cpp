@@ -67,23 +67,25 @@ TEST(ProfileSizesTest, MeasuredInterpolatedExtrapolated) {
 
 TEST(ProfileSizesTest, TheInnerBackwardWorkspaceFollowsTheSizesWhereMeasured) {
   Profile p = TwoSizes();
+  p.layers[0].inner_backward_workspace_bytes = 100;  // the profile's own size, 4
   p.extra["measurements"][0]["layers"][0]["inner_backward_workspace_bytes"] = 100;
   p.extra["measurements"][1]["layers"][0]["inner_backward_workspace_bytes"] = 300;
   EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].inner_backward_workspace_bytes, 200);
   EXPECT_EQ(ProfileAtMicrobatch(p, 8).layers[0].inner_backward_workspace_bytes, 300);
   // One size without it: absent, so the held workspace stands in (an upper bound), not a guess.
   p.extra["measurements"][1]["layers"][0].erase("inner_backward_workspace_bytes");
-  p.layers[0].backward_workspace_bytes = 700;
-  p.layers[0].inner_backward_workspace_bytes = 100;
   EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].inner_backward_workspace_bytes, std::nullopt);
   EXPECT_EQ(ProfileAtMicrobatch(p, 8).layers[0].InnerBackwardWorkspaceBytes(), 0);  // size 8 measured none
   // A file round-trips it, and one without it reads as absent.
   Profile one = TwoSizes();
   one.extra.erase("measurements");
   one.layers[0].inner_backward_workspace_bytes = 123;
+  one.layers[0].output_tensors = 3;  // and how many tensors leave the layer (1 is not written)
   Expected<Profile> read = ProfileFromJson(ProfileToJson(one), "p.json");
   ASSERT_TRUE(read.ok()) << read.status().message();
   EXPECT_EQ(read->layers[0].inner_backward_workspace_bytes, 123);
+  EXPECT_EQ(read->layers[0].output_tensors, 3);
+  EXPECT_EQ(ProfileAtMicrobatch(one, 2).layers[0].output_tensors, 3);
   EXPECT_EQ(ProfileAtMicrobatch(one, 2).layers[0].inner_backward_workspace_bytes, 62);  // scaled, rounded
   one.layers[0].inner_backward_workspace_bytes.reset();
   read = ProfileFromJson(ProfileToJson(one), "p.json");
@@ -91,6 +93,9 @@ TEST(ProfileSizesTest, TheInnerBackwardWorkspaceFollowsTheSizesWhereMeasured) {
   EXPECT_EQ(read->layers[0].inner_backward_workspace_bytes, std::nullopt);
   nlohmann::json bad = ProfileToJson(one);
   bad["layers"][0]["inner_backward_workspace_bytes"] = -1;
+  EXPECT_FALSE(ProfileFromJson(bad, "p.json").ok());
+  bad = ProfileToJson(one);
+  bad["layers"][0]["output_tensors"] = 0;
   EXPECT_FALSE(ProfileFromJson(bad, "p.json").ok());
 }
 

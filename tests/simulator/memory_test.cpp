@@ -197,6 +197,27 @@ TEST(Memory, WorkspacesAddToThePeakOnlyWhileTheirActionRuns) {
   EXPECT_EQ(held, 0);
 }
 
+TEST(Memory, AHeldSendOfTheStashsOwnOutputCostsNothingUntilTheStashLetsGo) {
+  // GPipe, K=2, M=3, sends held until the step ends (Gloo). Rank 0's peak is at its first
+  // backward's start: three stashes, the received gradient's buffer, and the three sent outputs,
+  // unless they are the stashes' own tensors.
+  constexpr double kOutput = 64;
+  CostModel costs = Costs(2, false);
+  costs.stages[0].output_bytes = kOutput;
+  costs.stages[1].input_bytes = kOutput;
+  for (StageCost& stage : costs.stages) stage.sends_held = true;
+  const SimResult copies = RunSchedule(ScheduleKind::kGpipe, 2, 3, costs);
+  EXPECT_EQ(copies.ranks[0].peak_memory_bytes, kStatic + 3 * Stash(0) + kOutput + 3 * kOutput);
+  costs.stages[0].sent_output_in_stash = true;
+  const SimResult shared = RunSchedule(ScheduleKind::kGpipe, 2, 3, costs);
+  EXPECT_EQ(shared.ranks[0].peak_memory_bytes, kStatic + 3 * Stash(0) + kOutput);
+  // Each backward hands its output over to the send: after the last, the three sent outputs are
+  // all that is left beyond the model state, as with copies.
+  const auto end_bytes = [](const SimResult& r) { return r.ranks[0].memory.back().bytes; };
+  EXPECT_EQ(end_bytes(shared), end_bytes(copies));
+  EXPECT_EQ(end_bytes(shared), kStatic + 3 * kOutput);
+}
+
 TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
   Profile profile;
   profile.microbatch_size = 1;
@@ -265,6 +286,16 @@ TEST(Memory, ALayerInsideAStageCostsItsInnerWorkspaceAndOnlyTheLastItsHeldOne) {
   EXPECT_EQ(small_last.Stage(0, 2, false).backward_workspace_bytes, 3 * (500 + 100));
   EXPECT_EQ(small_last.Stage(0, 2, false).split_backward_workspace_bytes, 3 * (500 + 100));
   EXPECT_EQ(small_last.Stage(1, 2, false).backward_workspace_bytes, 3 * 200);
+  // The stage's output is its stash's own tensor when it is one tensor and kept for the
+  // backward: not under remat (the forward keeps nothing), still under partial remat.
+  EXPECT_TRUE(small_last.Stage(0, 2, false).sent_output_in_stash);
+  EXPECT_FALSE(small_last.Stage(0, 2, true).sent_output_in_stash);
+  LayerTable::StageBuilder builder(small_last, 0);
+  builder.Extend();
+  builder.Extend();
+  EXPECT_TRUE(builder.CostRecomputing(1).sent_output_in_stash);
+  profile.layers[1].output_tensors = 3;  // packed into one message: a copy
+  EXPECT_FALSE(LayerTable(profile, 3.0, Optimizer::kAdam).Stage(0, 2, false).sent_output_in_stash);
 }
 
 TEST(Memory, StaticBytesFollowTheOptimizer) {
@@ -312,6 +343,7 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
               costs[s].output_bytes = 13 + 2 * s + 700 * (trial % 4);
               costs[s].static_bytes = 500;
               costs[s].sends_held = (trial / 2) % 2 == 1;
+              costs[s].sent_output_in_stash = (trial + s) % 3 != 0;
               costs[s].forward_workspace_bytes = trial % 3 == 1 ? 300 + 5 * s : 0;
               costs[s].backward_workspace_bytes = trial % 4 >= 2 ? 2500 + 17 * s : 0;
               costs[s].weight_pass_bytes = trial % 5 >= 2 ? 800 + 3 * s : 0;
