@@ -16,7 +16,9 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_start.forward_workspaces = 1;
       e.at_end.forward_workspaces = -1;
       e.at_start.stash = 1;
-      e.at_start.input_buffers = received_input ? -1 : 0;
+      // The received input, or on the first stage the micro-batch's input held since the step
+      // began (StepStartInputs), becomes part of the stash.
+      e.at_start.input_buffers = received_input || a.stage == 0 ? -1 : 0;
       e.at_start.in_flight = 1;
       break;
     case Op::kRecvGradient:
@@ -87,6 +89,12 @@ bool ReceivesGradient(const Schedule& schedule, int s) {
 
 }  // namespace
 
+int StepStartInputs(const Schedule& schedule, int rank) {
+  int inputs = 0;
+  for (const Action& a : schedule.ranks[rank]) inputs += a.op == Op::kForward && a.stage == 0 ? 1 : 0;
+  return inputs;
+}
+
 MemoryEffect EffectOf(const Action& a, const StageCost& c, bool received_input, bool received_gradient) {
   const SymbolicEffect symbolic = SymbolicEffectOf(a, c.remat, received_input, received_gradient);
   return {Bytes(symbolic.at_start, c), Bytes(symbolic.at_end, c)};
@@ -114,7 +122,9 @@ MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageC
   MemoryPeak peak;
   peak.static_bytes = static_bytes;
   peak.peak_bytes = peak.static_bytes;
-  double activations = 0, buffers = 0;
+  double activations = 0, buffers = StepStartInputs(schedule, rank) * stages[0].input_bytes;
+  peak.peak_bytes += buffers;
+  peak.buffer_bytes = buffers;
   int in_flight = 0;
   const auto apply = [&](const MemoryChange& change) {
     activations += change.activation_bytes;
@@ -174,7 +184,7 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
   walk.stride = workspaces ? kCounts : kCountsWithoutWorkspaces;
   walk.width = static_cast<size_t>(walk.stride) * stages_.size();
   std::vector<Change>& changes = walk.changes;
-  changes.reserve(2 * schedule.ranks[rank].size());
+  changes.reserve(2 * schedule.ranks[rank].size() + 1);
   int in_flight = 0;
   const auto record = [&](const MemoryCounts& n, int at) {
     const int deltas[kCounts] = {n.stash,          n.recompute,          n.gradient_buffers,
@@ -187,6 +197,13 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
     in_flight += n.in_flight;
     max_in_flight_ = std::max(max_in_flight_, in_flight);
   };
+  // The first stage's inputs, held from the step's start: the walk's first candidate.
+  if (const int inputs = StepStartInputs(schedule, rank); inputs > 0) {
+    MemoryCounts start;
+    start.input_buffers = inputs;
+    record(start, walk.stride * slot[0]);
+    changes.back().candidate = true;
+  }
   for (const Action& a : schedule.ranks[rank]) {
     const int i = slot[a.stage];
     const SymbolicEffect e = SymbolicEffectOf(a, /*remat=*/true, ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));

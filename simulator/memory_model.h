@@ -2,9 +2,11 @@
 // one of the rank's own actions, so a rank's peak depends only on its action list and the
 // stages' byte counts, never on timing: the planner computes the same peak as the simulator
 // without simulating.
+//   step start:     + the first stage's input for each of its micro-batches (the executor copies
+//                     them all when the step begins, as a pipeline scatters its batch)
 //   RECV_F   start: + the stage's input (the receive buffer, posted when the rank reaches it)
 //   F        start: + the stash (activations, or only the input under remat), and the received
-//                     input becomes part of it (- input when a RECV_F precedes)
+//                     input, or the first stage's, becomes part of it (- input)
 //   RECV_B   start: + the stage's output bytes (the incoming gradient's buffer)
 //   F        start: + the forward workspace,   end: - it (what the forward allocates and frees)
 //   B / I / W start: + the backward workspace, end: - it (gradients and temporaries)
@@ -81,6 +83,10 @@ struct MemoryEffect {
 /// from another rank (a RECV_F precedes its forwards); `received_gradient`: likewise for the
 /// gradient of its output (a RECV_B precedes its backwards), and so it sends its output there.
 MemoryEffect EffectOf(const Action& action, const StageCost& stage, bool received_input, bool received_gradient);
+
+/// How many micro-batch inputs of the first stage `rank` holds when the step starts: one per
+/// forward of stage 0 it runs (0 on the other ranks), input_bytes each, until that forward.
+int StepStartInputs(const Schedule& schedule, int rank);
 
 /// The effect of `action` in `schedule`, with the receive flags read off the stage layout.
 MemoryEffect EffectOf(const Schedule& schedule, const Action& action, const StageCost& stage);

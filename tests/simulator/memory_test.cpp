@@ -197,6 +197,22 @@ TEST(Memory, WorkspacesAddToThePeakOnlyWhileTheirActionRuns) {
   EXPECT_EQ(held, 0);
 }
 
+TEST(Memory, TheFirstStageHoldsEveryMicrobatchsInputFromTheStepsStart) {
+  // 1F1B, K=2, M=4, remat: rank 0 keeps only inputs, so they decide its peak. The executor copies
+  // the four inputs when the step begins; each becomes part of the stash at its forward. The
+  // peak, at the first backward's recompute, holds all four (two stashed, two waiting) and one
+  // micro-batch's recomputed activations.
+  const SimResult r = RunSchedule(ScheduleKind::k1F1B, 2, 4, Costs(2, true));
+  EXPECT_EQ(r.ranks[0].peak_memory_bytes, kStatic + 4 * kInput + kActivation);
+  ASSERT_FALSE(r.ranks[0].memory.empty());
+  EXPECT_EQ(r.ranks[0].memory.front().bytes, kStatic + 4 * kInput);  // the drawn timeline too
+  EXPECT_EQ(r.ranks[1].memory.front().bytes, kStatic);               // no inputs on the second stage
+  Expected<Schedule> compute = GenerateSchedule(ScheduleKind::k1F1B, 2, 2, 4);
+  ASSERT_TRUE(compute.ok());
+  EXPECT_EQ(StepStartInputs(*compute, 0), 4);
+  EXPECT_EQ(StepStartInputs(*compute, 1), 0);
+}
+
 TEST(Memory, AHeldSendOfTheStashsOwnOutputCostsNothingUntilTheStashLetsGo) {
   // GPipe, K=2, M=3, sends held until the step ends (Gloo). Rank 0's peak is at its first
   // backward's start: three stashes, the received gradient's buffer, and the three sent outputs,
