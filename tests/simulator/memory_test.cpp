@@ -234,16 +234,22 @@ TEST(Memory, AHeldSendOfTheStashsOwnOutputCostsNothingUntilTheStashLetsGo) {
   EXPECT_EQ(end_bytes(shared), kStatic + 3 * kOutput);
 }
 
-TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
+// A profile of micro-batches of 1 whose layers take 1 ms each way and send `outputs` bytes.
+Profile ProfileOfLayers(const std::vector<int64_t>& outputs) {
   Profile profile;
   profile.microbatch_size = 1;
-  for (int l = 0; l < 3; ++l) {
+  for (size_t l = 0; l < outputs.size(); ++l) {
     LayerProfile layer;
     layer.name = "l" + std::to_string(l);
     layer.forward_ms = layer.backward_ms = 1;
-    layer.output_bytes = 100 * (l + 1);
+    layer.output_bytes = outputs[l];
     profile.layers.push_back(layer);
   }
+  return profile;
+}
+
+TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
+  Profile profile = ProfileOfLayers({100, 200, 300});
   // Measured by a profile that has none: no workspace at all.
   const LayerTable none(profile, 1.0, Optimizer::kAdam);
   EXPECT_EQ(none.Stage(0, 3, false).backward_workspace_bytes, 0);
@@ -275,18 +281,10 @@ TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
 }
 
 TEST(Memory, ALayerInsideAStageCostsItsInnerWorkspaceAndOnlyTheLastItsHeldOne) {
-  Profile profile;
-  profile.microbatch_size = 1;
-  for (int l = 0; l < 2; ++l) {
-    LayerProfile layer;
-    layer.name = "l" + std::to_string(l);
-    layer.forward_ms = layer.backward_ms = 1;
-    layer.output_bytes = 100;
-    // Held: the gradient of the output on top of what the backward allocates (a conv block's
-    // ReLU makes a new tensor, then batch norm and the convolution peak while the old one lives).
-    layer.backward_workspace_bytes = 900;
-    profile.layers.push_back(layer);
-  }
+  Profile profile = ProfileOfLayers({100, 100});
+  // Held: the gradient of the output on top of what the backward allocates (a conv block's
+  // ReLU makes a new tensor, then batch norm and the convolution peak while the old one lives).
+  for (LayerProfile& layer : profile.layers) layer.backward_workspace_bytes = 900;
   const LayerTable held(profile, 1.0, Optimizer::kAdam);  // without the inner figure: the held one
   EXPECT_EQ(held.Stage(0, 2, false).backward_workspace_bytes, 900 + 100);
   EXPECT_EQ(held.Stage(0, 2, false).split_backward_workspace_bytes, 900 + 100);
