@@ -95,6 +95,10 @@ int StepStartInputs(const Schedule& schedule, int rank) {
   return inputs;
 }
 
+double StepStartInputBytes(const Schedule& schedule, int rank, const std::vector<StageCost>& stages) {
+  return StepStartInputs(schedule, rank) * stages[0].input_bytes;
+}
+
 MemoryEffect EffectOf(const Action& a, const StageCost& c, bool received_input, bool received_gradient) {
   const SymbolicEffect symbolic = SymbolicEffectOf(a, c.remat, received_input, received_gradient);
   return {Bytes(symbolic.at_start, c), Bytes(symbolic.at_end, c)};
@@ -122,7 +126,7 @@ MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageC
   MemoryPeak peak;
   peak.static_bytes = static_bytes;
   peak.peak_bytes = peak.static_bytes;
-  double activations = 0, buffers = StepStartInputs(schedule, rank) * stages[0].input_bytes;
+  double activations = 0, buffers = StepStartInputBytes(schedule, rank, stages);
   peak.peak_bytes += buffers;
   peak.buffer_bytes = buffers;
   int in_flight = 0;

@@ -87,6 +87,8 @@ MemoryEffect EffectOf(const Action& action, const StageCost& stage, bool receive
 /// How many micro-batch inputs of the first stage `rank` holds when the step starts: one per
 /// forward of stage 0 it runs (0 on the other ranks), input_bytes each, until that forward.
 int StepStartInputs(const Schedule& schedule, int rank);
+/// Their bytes: what the rank holds beyond its model state when the step starts.
+double StepStartInputBytes(const Schedule& schedule, int rank, const std::vector<StageCost>& stages);
 
 /// The effect of `action` in `schedule`, with the receive flags read off the stage layout.
 MemoryEffect EffectOf(const Schedule& schedule, const Action& action, const StageCost& stage);

@@ -238,7 +238,7 @@ class Simulation {
       rank.peak_buffer_bytes = peak.buffer_bytes;
       rank.max_in_flight = peak.max_in_flight;
       if (!options_.record_timeline) continue;
-      double total = rank.static_bytes + StepStartInputs(schedule_, r) * costs_.stages[0].input_bytes;
+      double total = rank.static_bytes + StepStartInputBytes(schedule_, r, costs_.stages);
       rank.memory.push_back({0.0, total});
       for (const MemoryDelta& d : deltas_[r]) {
         total += d.bytes;
