@@ -93,6 +93,26 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   if (r.Has("inner_backward_workspace_bytes")) {
     layer.inner_backward_workspace_bytes = r.OptionalBytes("inner_backward_workspace_bytes", 0);
   }
+  {
+    // All four, or none: a profile from before the profiler measured them.
+    const char* fields[] = {"backward_input_peak_bytes", "weight_pass_cut_bytes", "backward_weight_peak_bytes",
+                            "backward_weight_freed_bytes"};
+    int present = 0;
+    for (const char* field : fields) present += r.Has(field) ? 1 : 0;
+    if (present == 4) {
+      layer.split_backward = SplitBackwardBytes{r.Bytes(fields[0]), r.Bytes(fields[1]), r.Bytes(fields[2]), r.Bytes(fields[3])};
+    } else if (present > 0) {
+      for (const char* field : fields) {
+        if (!r.Has(field)) {
+          r.Fail(field, std::string("is missing; the split backward's memory takes all four of backward_input_peak_bytes, "
+                                    "weight_pass_cut_bytes, backward_weight_peak_bytes and backward_weight_freed_bytes, "
+                                    "or none (then the full backward's workspace stands in): profile the model again, or "
+                                    "remove the others"));
+          break;
+        }
+      }
+    }
+  }
   if (r.status().ok() && layer.backward_weight_ms && *layer.backward_weight_ms > layer.backward_ms) {
     r.Fail("backward_weight_ms", "is " + std::to_string(*layer.backward_weight_ms) +
                                      ", more than backward_ms (" + std::to_string(layer.backward_ms) +
@@ -181,6 +201,12 @@ nlohmann::json ProfileToJson(const Profile& profile) {
     if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;
     if (layer.inner_backward_workspace_bytes) l["inner_backward_workspace_bytes"] = *layer.inner_backward_workspace_bytes;
     if (layer.output_tensors != 1) l["output_tensors"] = layer.output_tensors;
+    if (const std::optional<SplitBackwardBytes>& split = layer.split_backward) {
+      l["backward_input_peak_bytes"] = split->input_peak;
+      l["weight_pass_cut_bytes"] = split->weight_cut;
+      l["backward_weight_peak_bytes"] = split->weight_peak;
+      l["backward_weight_freed_bytes"] = split->weight_freed;
+    }
     layers.push_back(std::move(l));
   }
   json["layers"] = std::move(layers);

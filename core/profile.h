@@ -18,6 +18,22 @@ namespace gpipe {
 
 inline constexpr const char* kProfileFormat = "gpipe-profile/1";
 
+/// Memory of a layer's backward split into I and W as a zero-bubble stage runs it: every layer's I,
+/// then one W over them all (executor/split_backward.h). Bytes, one micro-batch.
+struct SplitBackwardBytes {
+  /// I's peak above its start, the gradient of the layer's output held; what I captures for W
+  /// (weight_pass_bytes) is part of it.
+  int64_t input_peak = 0;
+  /// What letting go of the layer's output frees once every I has run: the part of its graph
+  /// above its parameters' nodes. W cuts those nodes from the input path when it starts, and
+  /// inside a stage, below a layer with parameters, nothing else holds that part.
+  int64_t weight_cut = 0;
+  /// W's peak above its start, and what it lets go of by its end besides what I left for it: the
+  /// tensors saved by the nodes it runs.
+  int64_t weight_peak = 0;
+  int64_t weight_freed = 0;
+};
+
 /// One layer's costs for one micro-batch.
 struct LayerProfile {
   std::string name;
@@ -55,6 +71,9 @@ struct LayerProfile {
   /// 3). One travels between stages as itself; several are packed into one message, a copy.
   /// Optional in the file (1).
   int output_tensors = 1;
+  /// The split backward's memory, when measured (all four fields in the file, or none); without
+  /// it the memory model prices I and W each with the full backward's workspace.
+  std::optional<SplitBackwardBytes> split_backward = std::nullopt;
   /// Inner workspace: measured, or else the held one.
   int64_t InnerBackwardWorkspaceBytes() const {
     return inner_backward_workspace_bytes.value_or(backward_workspace_bytes);

@@ -39,6 +39,13 @@ std::map<int64_t, std::pair<int64_t, std::vector<LayerProfile>>> Points(const Pr
         } else {
           layer.inner_backward_workspace_bytes.reset();
         }
+        if (l.contains("backward_input_peak_bytes")) {
+          layer.split_backward = SplitBackwardBytes{
+              l.at("backward_input_peak_bytes").get<int64_t>(), l.at("weight_pass_cut_bytes").get<int64_t>(),
+              l.at("backward_weight_peak_bytes").get<int64_t>(), l.at("backward_weight_freed_bytes").get<int64_t>()};
+        } else {
+          layer.split_backward.reset();
+        }
         read.push_back(layer);
       }
       points[size] = {m.value("input_bytes", profile.input_bytes), std::move(read)};
@@ -96,6 +103,11 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
       if (l.inner_backward_workspace_bytes) {
         *l.inner_backward_workspace_bytes = std::llround(static_cast<double>(*l.inner_backward_workspace_bytes) * scale);
       }
+      if (SplitBackwardBytes* split = l.split_backward ? &*l.split_backward : nullptr) {
+        for (int64_t* bytes : {&split->input_peak, &split->weight_cut, &split->weight_peak, &split->weight_freed}) {
+          *bytes = std::llround(static_cast<double>(*bytes) * scale);
+        }
+      }
     }
     out.input_bytes = std::llround(static_cast<double>(out.input_bytes) * scale);
     const std::string how = "the profile measured micro-batches of " + sizes + " only; times and activations for " +
@@ -133,6 +145,15 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
           MixBytes(*a[i].inner_backward_workspace_bytes, *b[i].inner_backward_workspace_bytes, t);
     } else {
       l.inner_backward_workspace_bytes.reset();
+    }
+    if (a[i].split_backward && b[i].split_backward) {
+      const SplitBackwardBytes& x = *a[i].split_backward;
+      const SplitBackwardBytes& y = *b[i].split_backward;
+      l.split_backward = SplitBackwardBytes{MixBytes(x.input_peak, y.input_peak, t), MixBytes(x.weight_cut, y.weight_cut, t),
+                                            MixBytes(x.weight_peak, y.weight_peak, t),
+                                            MixBytes(x.weight_freed, y.weight_freed, t)};
+    } else {
+      l.split_backward.reset();
     }
   }
   out.input_bytes = MixBytes(lo->second.first, hi->second.first, t);

@@ -37,6 +37,36 @@ torch::Tensor LossOfLast(const ModelSpec& model, const Layer& last, const Values
 
 nlohmann::json TimingJson(const Timing& t) { return {{"median_ms", t.median_ms}, {"spread_ms", t.spread_ms}}; }
 
+// W after every layer's I, as a zero-bubble stage runs them (executor/split_backward.h): each
+// layer's W from the last layer down, timed. Each layer's output is held while its W runs, as a
+// stage holds its output (the layer may be its stage's top one with parameters) and then let go,
+// with the leaves the next layer started from, as W's cuts let go of it below a layer with
+// parameters (the first layer's input, the batch, stays, as a stage keeps its input). With
+// `measured` (the first round) it records each W's peak above its start and what it freed besides
+// what I left for it, and what letting go of each layer's output freed.
+std::vector<double> RunWeightPasses(const torch::Device& device, MemoryMeter& meter, std::vector<WeightPass>& weights,
+                                    std::vector<Values>& ins, std::vector<Values>& outs, SizeMeasurement* measured) {
+  const size_t n = weights.size();
+  std::vector<double> ms(n, 0.0);
+  for (size_t i = n; i-- > 0;) {
+    if (!weights[i].empty()) {
+      const int64_t before = meter.CurrentBytes();
+      meter.ResetPeak();
+      ms[i] = DeviceTimeMs(device, [&] { weights[i].Run(); });
+      if (measured != nullptr) {
+        LayerMeasurement& m = measured->layers[i];
+        m.backward_weight_peak_bytes = std::max<int64_t>(0, meter.PeakBytes() - before);
+        m.backward_weight_freed_bytes = std::max<int64_t>(0, before - meter.CurrentBytes() - m.weight_pass_bytes);
+      }
+    }
+    const int64_t before = meter.CurrentBytes();
+    outs[i].clear();
+    if (i + 1 < n) ins[i + 1].clear();
+    if (measured != nullptr) measured->layers[i].weight_pass_cut_bytes = std::max<int64_t>(0, before - meter.CurrentBytes());
+  }
+  return ms;
+}
+
 }  // namespace
 
 double DeviceTimeMs(const torch::Device& device, const std::function<void()>& body, std::chrono::milliseconds deadline) {
@@ -181,16 +211,17 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
         }
         // The workspace is measured with every weight's gradient already there, as in training
         // from a step's second micro-batch on: the backward adds into it through a temporary.
-        const bool measure_workspace = round == 0 && pass != Pass::kSplit;
+        const bool measure_workspace = round == 0;
         if (measure_workspace) {
           for (auto& layer : layers) {
             for (const torch::Tensor& p : layer->Parameters()) p.mutable_grad() = torch::zeros_like(p);
           }
         }
         Values grad;  // of the current layer's outputs, one per floating-point output; none for the loss
+        std::vector<WeightPass> weights(static_cast<size_t>(input_only ? n : 0));  // what each I left for W
         for (int i = n - 1; i >= 0; --i) {
           Values next_grad;
-          double ms = 0, weight_ms = 0;
+          double ms = 0;
           where = "layer " + std::to_string(i) + " (" + layers[static_cast<size_t>(i)]->name() + "), " +
                   (input_only ? "backward split into I and W" : "backward");
           if (!BackwardRoots(outs[i], grad).first.empty()) {
@@ -201,14 +232,15 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
               const bool input_grads = i > 0 && AnyFloatingPoint(ins[i]);
               const Values& anchors = input_grads ? ins[i] : outs[i];
               Values anchor_grads;
-              WeightPass weight;
+              WeightPass& weight = weights[static_cast<size_t>(i)];
               ms = DeviceTimeMs(settings.device, [&] {
                 weight = BackwardInput(outs[i], grad, anchors, layers[static_cast<size_t>(i)]->Parameters(), &anchor_grads);
               });
               if (round == 0) {
-                size.layers[static_cast<size_t>(i)].weight_pass_bytes = weight.HeldBytes(input_grads ? anchor_grads : Values());
+                LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
+                m.weight_pass_bytes = weight.HeldBytes(input_grads ? anchor_grads : Values());
+                m.backward_input_peak_bytes = std::max<int64_t>(0, meter.PeakBytes() - before);
               }
-              weight_ms = DeviceTimeMs(settings.device, [&] { weight.Run(); });
               if (input_grads) next_grad = GradientMessage(ins[i], anchor_grads);
             } else if (pass == Pass::kHanded) {
               // Inside a stage, the layer after has run its backward and let go of this layer's
@@ -228,15 +260,22 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
                 next_grad = InputGradients(ins[i]);
               });
             }
-            if (measure_workspace) {
+            if (measure_workspace && !input_only) {
               LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
               (pass == Pass::kHanded ? m.inner_backward_workspace_bytes : m.backward_workspace_bytes) =
                   std::max<int64_t>(0, meter.PeakBytes() - before);
             }
           }
-          if (keep && input_only) weight_grad[i].push_back(weight_ms);
           if (keep && timed) (input_only ? input_grad : bwd)[i].push_back(ms);
           grad = i > 0 && next_grad.empty() ? GradientMessage(outs[i - 1], {}) : next_grad;
+        }
+        if (input_only) {
+          where = "the weight-gradient passes W, after every layer's I";
+          x.clear();
+          grad.clear();
+          const std::vector<double> weight_ms =
+              RunWeightPasses(settings.device, meter, weights, ins, outs, round == 0 ? &size : nullptr);
+          for (int i = 0; i < n && keep; ++i) weight_grad[i].push_back(weight_ms[static_cast<size_t>(i)]);
         }
         clear_grads();
       }
@@ -300,6 +339,8 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.backward_workspace_bytes = m.backward_workspace_bytes;
     layer.inner_backward_workspace_bytes = m.inner_backward_workspace_bytes;
     layer.output_tensors = m.output_tensors;
+    layer.split_backward = SplitBackwardBytes{m.backward_input_peak_bytes, m.weight_pass_cut_bytes,
+                                              m.backward_weight_peak_bytes, m.backward_weight_freed_bytes};
     layer.weight_pass_bytes = m.weight_pass_bytes;
     profile.layers.push_back(layer);
   }
@@ -327,6 +368,10 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
                         {"forward_workspace_bytes", m.forward_workspace_bytes},
                         {"backward_workspace_bytes", m.backward_workspace_bytes},
                         {"inner_backward_workspace_bytes", m.inner_backward_workspace_bytes},
+                        {"backward_input_peak_bytes", m.backward_input_peak_bytes},
+                        {"weight_pass_cut_bytes", m.weight_pass_cut_bytes},
+                        {"backward_weight_peak_bytes", m.backward_weight_peak_bytes},
+                        {"backward_weight_freed_bytes", m.backward_weight_freed_bytes},
                         {"weight_pass_bytes", m.weight_pass_bytes}});
     }
     measurements.push_back({{"microbatch_size", size.microbatch_size},
@@ -350,7 +395,10 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       "layer has it, inner_backward_workspace_bytes the same as inside a stage: that gradient handed to autograd, which frees it "
       "once used, and the output held only by the layer's own graph; weight_pass_bytes is what I leaves for W: the storage "
       "of the gradients it captured where the parameters' paths meet the input path, each storage once, less the gradient "
-      "it passes on.";
+      "it passes on. The split backward runs as a zero-bubble stage runs it, every layer's I and then W from the last layer "
+      "down: backward_input_peak_bytes is I's peak above its start, weight_pass_cut_bytes what letting go of the layer's "
+      "output freed once every I had run, backward_weight_peak_bytes W's peak above its start and backward_weight_freed_bytes "
+      "what W freed besides weight_pass_bytes.";
   return profile;
 }
 

@@ -52,8 +52,11 @@ struct StageCost {
   /// A full backward's: each layer's with the activations of the layers after it already freed.
   double forward_workspace_bytes = 0;
   double backward_workspace_bytes = 0;
-  /// The split backward's (I and W): the graph is kept until W, so nothing is freed meanwhile.
-  double split_backward_workspace_bytes = 0;
+  /// The split backward's, I's and W's apart: the most each rises above what it starts with,
+  /// where what I captures for W (weight_pass_bytes) is held from I's start. The graph is kept
+  /// from I until W; W frees parts of it as it runs.
+  double backward_input_workspace_bytes = 0;
+  double backward_weight_workspace_bytes = 0;
   /// Held from a micro-batch's input-gradient pass I until its weight-gradient pass W (split
   /// backwards only): the gradients I captured for W (the profile's weight_pass_bytes, summed).
   double weight_pass_bytes = 0;

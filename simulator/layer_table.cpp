@@ -91,6 +91,20 @@ void LayerTable::StageBuilder::Extend() {
     freed_inner_backward_workspace_ = std::max(freed_inner_backward_workspace_, inner) - static_cast<double>(layer.activation_bytes);
   }
   last_backward_workspace_ = static_cast<double>(layer.backward_workspace_bytes);
+  if (const std::optional<SplitBackwardBytes>& split = layer.split_backward; split && split_measured_) {
+    if (end_ > first_) {
+      // The layer before is now inside the stage: the gradient of its output is there when I reaches it.
+      inner_input_ = std::max(inner_input_, last_input_ + static_cast<double>(table_->profile_->layers[end_ - 1].output_bytes));
+    }
+    // weight_pass_ already counts this layer's captures; those of the layers below are not made yet.
+    const double below = weight_pass_ - static_cast<double>(layer.weight_pass_bytes);
+    last_input_ = static_cast<double>(split->input_peak) - static_cast<double>(layer.weight_pass_bytes) - below;
+    weight_peak_ = std::max(weight_peak_ - static_cast<double>(split->weight_freed), static_cast<double>(split->weight_peak));
+    if (layer.param_bytes > 0) cut_ = cut_so_far_;
+    cut_so_far_ += static_cast<double>(split->weight_cut);
+  } else {
+    split_measured_ = false;
+  }
   ++end_;
 }
 
@@ -121,12 +135,20 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
     c.forward_workspace_bytes = forward_workspace_ * table_->scale_;
     c.backward_workspace_bytes =
         std::max({0.0, freed_inner_backward_workspace_, last_backward_workspace_}) * table_->scale_;
-    c.split_backward_workspace_bytes = std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
+    if (split_measured_) {
+      c.backward_input_workspace_bytes = std::max({0.0, inner_input_, last_input_}) * table_->scale_;
+      c.backward_weight_workspace_bytes = std::max(0.0, weight_peak_ - cut_) * table_->scale_;
+    } else {
+      // Not measured: the full backward's workspace for each, which also holds what I captures.
+      c.backward_input_workspace_bytes = c.backward_weight_workspace_bytes =
+          std::max(inner_backward_workspace_, last_backward_workspace_) * table_->scale_;
+    }
     if (c.partial_remat) {
       // The gradient the later layers' backward leaves at their input, held while the recomputed
       // layers' backward runs from it.
       c.backward_workspace_bytes += c.remat_boundary_bytes;
-      c.split_backward_workspace_bytes += c.remat_boundary_bytes;
+      c.backward_input_workspace_bytes += c.remat_boundary_bytes;
+      c.backward_weight_workspace_bytes += c.remat_boundary_bytes;
     }
   }
   return c;

@@ -55,6 +55,18 @@ class LayerTable {
     double weight_pass_ = 0;
     double forward_workspace_ = 0, inner_backward_workspace_ = 0, last_backward_workspace_ = 0;
     double freed_inner_backward_workspace_ = -std::numeric_limits<double>::infinity();
+    // The split backward where every layer measured it (LayerProfile::split_backward), relative to
+    // the stash and all that I leaves for W held from I's start:
+    // - I reaches each layer holding the gradients captured above it and, below the stage's last
+    //   layer, the gradient of the layer's output; what the layers below will capture is not
+    //   there yet. The layers before the last give inner_input_, the last last_input_.
+    // - W starts by cutting the parameters' nodes from the input path, which frees the graph above
+    //   them in every layer below the stage's last with parameters (cut_), then runs the layers
+    //   from the last down, each freeing its nodes' saved tensors; the highest point
+    //   of that walk above its start, cuts not counted (weight_peak_).
+    bool split_measured_ = true;
+    double inner_input_ = -std::numeric_limits<double>::infinity(), last_input_ = 0;
+    double weight_peak_ = 0, cut_ = 0, cut_so_far_ = 0;
   };
 
   // Prefix-sum estimates, for bounds.

@@ -36,16 +36,16 @@ SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input
       e.at_end.sent_outputs_unstashed = gradient_buffer;
       break;
     case Op::kBackwardInput:
-      e.at_start.split_backward_workspaces = 1;
-      e.at_end.split_backward_workspaces = -1;
+      e.at_start.input_workspaces = 1;
+      e.at_end.input_workspaces = -1;
       e.at_start.recompute = recompute;
       // Counted from I's start (the captured gradients build up while it runs) until W's end.
       e.at_start.weight_pending = 1;
       e.at_end.gradient_buffers = -gradient_buffer;
       break;
     case Op::kBackwardWeight:
-      e.at_start.split_backward_workspaces = 1;
-      e.at_end.split_backward_workspaces = -1;
+      e.at_start.weight_workspaces = 1;
+      e.at_end.weight_workspaces = -1;
       e.at_end.weight_pending = -1;
       e.at_end.stash = -1;
       e.at_end.recompute = -recompute;
@@ -69,7 +69,8 @@ MemoryChange Bytes(const MemoryCounts& n, const StageCost& c) {
   change.activation_bytes = n.stash * c.stash_bytes() + n.recompute * c.recomputed_bytes() +
                             n.forward_workspaces * c.forward_workspace_bytes +
                             n.backward_workspaces * c.backward_workspace_bytes +
-                            n.split_backward_workspaces * c.split_backward_workspace_bytes +
+                            n.input_workspaces * c.backward_input_workspace_bytes +
+                            n.weight_workspaces * c.backward_weight_workspace_bytes +
                             n.weight_pending * c.weight_pass_bytes;
   change.buffer_bytes = n.gradient_buffers * c.output_bytes + n.input_buffers * c.input_bytes;
   if (c.sends_held) {
@@ -167,9 +168,9 @@ namespace gpipe {
 // Pricing replays the walk this many times before it builds the set of maximal vectors.
 constexpr int kWalksBeforeBuild = 8;
 // Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs,
-// micro-batches between I and W, sent outputs the stash let go of, forward, backward and
-// split-backward workspaces (the last three only in the walk with workspaces).
-constexpr int kCounts = 11;
+// micro-batches between I and W, sent outputs the stash let go of, forward, backward, I and W
+// workspaces (the last four only in the walk with workspaces).
+constexpr int kCounts = 12;
 constexpr int kCountsWithoutWorkspaces = 8;
 
 MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
@@ -194,7 +195,7 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
     const int deltas[kCounts] = {n.stash,          n.recompute,          n.gradient_buffers,
                                  n.input_buffers,  n.sent_outputs,       n.sent_inputs,
                                  n.weight_pending, n.sent_outputs_unstashed, n.forward_workspaces,
-                                 n.backward_workspaces, n.split_backward_workspaces};
+                                 n.backward_workspaces, n.input_workspaces, n.weight_workspaces};
     for (int k = 0; k < walk.stride; ++k) {
       if (deltas[k] != 0) changes.push_back({at + k, static_cast<int16_t>(deltas[k]), false});
     }
@@ -218,7 +219,8 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
     const MemoryCounts& n = e.at_start;
     const bool grew = n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 ||
                       n.sent_outputs > 0 || n.sent_inputs > 0 || n.weight_pending > 0 ||
-                      (workspaces && (n.forward_workspaces > 0 || n.backward_workspaces > 0 || n.split_backward_workspaces > 0));
+                      (workspaces && (n.forward_workspaces > 0 || n.backward_workspaces > 0 || n.input_workspaces > 0 ||
+                                       n.weight_workspaces > 0));
     if (grew && !changes.empty()) changes.back().candidate = true;
     record(e.at_end, walk.stride * i);
   }
@@ -274,7 +276,7 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
   bool workspaces = false;
   for (size_t i = 0; i < stages_.size(); ++i) {
     workspaces = workspaces || costs[i]->forward_workspace_bytes != 0 || costs[i]->backward_workspace_bytes != 0 ||
-                 costs[i]->split_backward_workspace_bytes != 0;
+                 costs[i]->backward_input_workspace_bytes != 0 || costs[i]->backward_weight_workspace_bytes != 0;
   }
   const Walk& walk = workspaces ? with_workspaces_ : without_workspaces_;
   const size_t width = walk.width;
@@ -293,7 +295,8 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
     if (workspaces) {
       price[8] = c.forward_workspace_bytes;
       price[9] = c.backward_workspace_bytes;
-      price[10] = c.split_backward_workspace_bytes;
+      price[10] = c.backward_input_workspace_bytes;
+      price[11] = c.backward_weight_workspace_bytes;
     }
   }
   if (!walk.built && ++walk.walks > kWalksBeforeBuild) BuildVectors(walk);

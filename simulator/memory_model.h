@@ -9,7 +9,7 @@
 //                     input, or the first stage's, becomes part of it (- input)
 //   RECV_B   start: + the stage's output bytes (the incoming gradient's buffer)
 //   F        start: + the forward workspace,   end: - it (what the forward allocates and frees)
-//   B / I / W start: + the backward workspace, end: - it (gradients and temporaries)
+//   B / I / W start: + its workspace (B's, I's, W's), end: - it (gradients and temporaries)
 //   B / I    start: + one micro-batch of recomputed activations under remat
 //   B        end:   - the stash, the recomputed activations and the gradient buffer
 //   I        end:   - the gradient buffer;   W end: - the stash and recomputed activations
@@ -37,7 +37,8 @@ namespace gpipe {
 /// (output_bytes each), input buffers (input_bytes each), sent tensors when held (outputs: from
 /// the send, or from the stash's release when the stash holds them), what I leaves
 /// for W (weight_pass_bytes each), and workspaces
-/// (forward_workspace_bytes, backward_workspace_bytes, split_backward_workspace_bytes each). The byte effect is the dot product;
+/// (forward_workspace_bytes, backward_workspace_bytes, backward_input_workspace_bytes and
+/// backward_weight_workspace_bytes each). The byte effect is the dot product;
 /// the planner keeps the counts to price many stages without walking the list again.
 struct MemoryCounts {
   int stash = 0;
@@ -52,11 +53,11 @@ struct MemoryCounts {
   int sent_outputs_unstashed = 0;
   /// Micro-batches between their I and their W: what I captured for W (weight_pass_bytes).
   int weight_pending = 0;
-  /// Forward, full backward and split backward (I, W) workspaces (transient: each action frees
-  /// its own at its end).
+  /// Forward, full backward, I and W workspaces (transient: each action frees its own at its end).
   int forward_workspaces = 0;
   int backward_workspaces = 0;
-  int split_backward_workspaces = 0;
+  int input_workspaces = 0;
+  int weight_workspaces = 0;
   int in_flight = 0;
 };
 

@@ -109,5 +109,47 @@ TEST(ProfileSizesTest, OneSizeScalesLinearly) {
   EXPECT_NE(note.find("scaled linearly"), std::string::npos);
 }
 
+TEST(ProfileSizesTest, TheSplitBackwardsBytesFollowTheSizesAndComeAllFourOrNone) {
+  Profile p = TwoSizes();
+  p.layers[0].split_backward = SplitBackwardBytes{100, 10, 50, 20};  // the profile's own size, 4
+  const auto put = [&p](int m, int64_t scale) {
+    nlohmann::json& l = p.extra["measurements"][m]["layers"][0];
+    l["backward_input_peak_bytes"] = 100 * scale;
+    l["weight_pass_cut_bytes"] = 10 * scale;
+    l["backward_weight_peak_bytes"] = 50 * scale;
+    l["backward_weight_freed_bytes"] = 20 * scale;
+  };
+  put(0, 1);
+  put(1, 3);
+  const std::optional<SplitBackwardBytes> mixed = ProfileAtMicrobatch(p, 6).layers[0].split_backward;
+  ASSERT_TRUE(mixed.has_value());
+  EXPECT_EQ(mixed->input_peak, 200);
+  EXPECT_EQ(mixed->weight_cut, 20);
+  EXPECT_EQ(mixed->weight_peak, 100);
+  EXPECT_EQ(mixed->weight_freed, 40);
+  // One size without them: absent, so the full backward's workspace stands in.
+  p.extra["measurements"][1]["layers"][0].erase("backward_input_peak_bytes");
+  EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].split_backward.has_value(), false);
+  // A file round-trips them, scaled with the micro-batch where one size was measured.
+  Profile one = TwoSizes();
+  one.extra.erase("measurements");
+  one.layers[0].split_backward = SplitBackwardBytes{101, 11, 51, 21};
+  Expected<Profile> read = ProfileFromJson(ProfileToJson(one), "p.json");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  ASSERT_TRUE(read->layers[0].split_backward.has_value());
+  EXPECT_EQ(read->layers[0].split_backward->weight_freed, 21);
+  EXPECT_EQ(ProfileAtMicrobatch(one, 8).layers[0].split_backward->input_peak, 202);
+  // Three of the four: an error that names the missing one and what to do.
+  nlohmann::json bad = ProfileToJson(one);
+  bad["layers"][0].erase("weight_pass_cut_bytes");
+  Expected<Profile> partial = ProfileFromJson(bad, "p.json");
+  ASSERT_FALSE(partial.ok());
+  EXPECT_NE(partial.status().message().find("weight_pass_cut_bytes"), std::string::npos) << partial.status().message();
+  EXPECT_NE(partial.status().message().find("profile the model again"), std::string::npos) << partial.status().message();
+  bad = ProfileToJson(one);
+  bad["layers"][0]["backward_weight_peak_bytes"] = -5;
+  EXPECT_FALSE(ProfileFromJson(bad, "p.json").ok());
+}
+
 }  // namespace
 }  // namespace gpipe

@@ -264,8 +264,10 @@ TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
   EXPECT_EQ(table.Stage(2, 3, false).backward_workspace_bytes, 2 * 1200);
   EXPECT_EQ(table.Stage(0, 3, false).forward_workspace_bytes, 2 * 70);
   EXPECT_EQ(table.Stage(0, 1, false).forward_workspace_bytes, 0);
-  // The split backward (I, W) keeps the graph: the same figures.
-  EXPECT_EQ(table.Stage(0, 3, false).split_backward_workspace_bytes, 2 * 1250);
+  // The split backward (I, W) keeps the graph: without its own measurements, the same figures
+  // for each.
+  EXPECT_EQ(table.Stage(0, 3, false).backward_input_workspace_bytes, 2 * 1250);
+  EXPECT_EQ(table.Stage(0, 3, false).backward_weight_workspace_bytes, 2 * 1250);
   // A full backward has freed the activations of the layers after each one by the time that one
   // runs: layer 0's 1100 with layers 1 and 2's 300 + 400 gone, layer 1's 1250 with layer 2's gone.
   profile.layers[1].activation_bytes = 300;
@@ -273,7 +275,7 @@ TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
   const LayerTable freed(profile, 2.0, Optimizer::kAdam);
   EXPECT_EQ(freed.Stage(0, 3, false).backward_workspace_bytes, 2 * 1200);  // the last layer's, now the largest
   EXPECT_EQ(freed.Stage(0, 2, false).backward_workspace_bytes, 2 * 1050);  // layer 0's 1100 - 300 < layer 1's
-  EXPECT_EQ(freed.Stage(0, 3, false).split_backward_workspace_bytes, 2 * 1250);
+  EXPECT_EQ(freed.Stage(0, 3, false).backward_input_workspace_bytes, 2 * 1250);
   profile.layers[2].backward_workspace_bytes = 10;
   profile.layers[1].backward_workspace_bytes = 10;
   const LayerTable first_largest(profile, 2.0, Optimizer::kAdam);
@@ -287,7 +289,7 @@ TEST(Memory, ALayerInsideAStageCostsItsInnerWorkspaceAndOnlyTheLastItsHeldOne) {
   for (LayerProfile& layer : profile.layers) layer.backward_workspace_bytes = 900;
   const LayerTable held(profile, 1.0, Optimizer::kAdam);  // without the inner figure: the held one
   EXPECT_EQ(held.Stage(0, 2, false).backward_workspace_bytes, 900 + 100);
-  EXPECT_EQ(held.Stage(0, 2, false).split_backward_workspace_bytes, 900 + 100);
+  EXPECT_EQ(held.Stage(0, 2, false).backward_input_workspace_bytes, 900 + 100);
   // Handed to autograd, the gradient is gone before the peak: layer 0 inside the stage costs
   // 500 above that gradient, while the stage's last layer, holding what it received, costs 900.
   profile.layers[0].inner_backward_workspace_bytes = 500;
@@ -298,7 +300,7 @@ TEST(Memory, ALayerInsideAStageCostsItsInnerWorkspaceAndOnlyTheLastItsHeldOne) {
   profile.layers[1].backward_workspace_bytes = 200;
   const LayerTable small_last(profile, 3.0, Optimizer::kAdam);
   EXPECT_EQ(small_last.Stage(0, 2, false).backward_workspace_bytes, 3 * (500 + 100));
-  EXPECT_EQ(small_last.Stage(0, 2, false).split_backward_workspace_bytes, 3 * (500 + 100));
+  EXPECT_EQ(small_last.Stage(0, 2, false).backward_weight_workspace_bytes, 3 * (500 + 100));
   EXPECT_EQ(small_last.Stage(1, 2, false).backward_workspace_bytes, 3 * 200);
   // The stage's output is its stash's own tensor when it is one tensor and kept for the
   // backward: not under remat (the forward keeps nothing), still under partial remat.
@@ -310,6 +312,48 @@ TEST(Memory, ALayerInsideAStageCostsItsInnerWorkspaceAndOnlyTheLastItsHeldOne) {
   EXPECT_TRUE(builder.CostRecomputing(1).sent_output_in_stash);
   profile.layers[1].output_tensors = 3;  // packed into one message: a copy
   EXPECT_FALSE(LayerTable(profile, 3.0, Optimizer::kAdam).Stage(0, 2, false).sent_output_in_stash);
+}
+
+TEST(Memory, ASplitBackwardsIAndWArePricedFromTheirOwnMeasurements) {
+  // Three layers, outputs 100, 200, 300; layer 1 has no parameters (a pooling layer).
+  Profile profile = ProfileOfLayers({100, 200, 300});
+  profile.layers[0].param_bytes = 10;
+  profile.layers[2].param_bytes = 10;
+  profile.layers[0].weight_pass_bytes = 100;  // a first layer: I captures its output's gradient
+  profile.layers[2].weight_pass_bytes = 600;
+  for (LayerProfile& layer : profile.layers) layer.backward_workspace_bytes = 5000;  // the fallback
+  // I: layer 2 peaks 700 above its start (its 600 captures and a 100 temporary); layer 1 makes
+  // its input's gradient, 100; layer 0 makes nothing (its captured gradient is the one it got).
+  // W: layer 2 peaks 50 and frees 400 of saved tensors; layer 0 peaks 900 (its whole backward).
+  // Letting go of layer 0's output frees 250 (cut: layer 2 above it has parameters), layer 1's 30.
+  profile.layers[0].split_backward = SplitBackwardBytes{0, 250, 900, 0};
+  profile.layers[1].split_backward = SplitBackwardBytes{100, 30, 0, 0};
+  profile.layers[2].split_backward = SplitBackwardBytes{700, 0, 50, 400};
+  const LayerTable table(profile, 1.0, Optimizer::kAdam);
+  const StageCost all = table.Stage(0, 3, false);
+  // With all 700 captures held from I's start: layer 2, 700 - 600 = 100 above; layer 1 holds its
+  // output's gradient, 200, and makes 100, while layer 0's 100 is not captured yet: 200 + 100 - 100;
+  // layer 0: its output's gradient (100), which becomes its capture, less that capture.
+  EXPECT_EQ(all.backward_input_workspace_bytes, 200);
+  // W: cut frees 250 + 30 at once; layer 2's 50, then layer 0's 900 with layer 2's 400 gone.
+  EXPECT_EQ(all.backward_weight_workspace_bytes, 900 - 400 - 280);
+  // A stage of layers 0 and 1 has no parameters above layer 0: nothing is cut, and nothing freed
+  // before layer 0's W.
+  EXPECT_EQ(table.Stage(0, 2, false).backward_weight_workspace_bytes, 900);
+  // Layer 1's input gradient is layer 0's capture, held from I's start: nothing above that.
+  EXPECT_EQ(table.Stage(0, 2, false).backward_input_workspace_bytes, 0);
+  EXPECT_EQ(table.Stage(2, 3, false).backward_input_workspace_bytes, 100);
+  EXPECT_EQ(table.Stage(2, 3, false).backward_weight_workspace_bytes, 50);
+  // The builder's incremental answer is the same as the stage's from scratch.
+  LayerTable::StageBuilder builder(table, 0);
+  for (int l = 0; l < 3; ++l) builder.Extend();
+  EXPECT_EQ(builder.Cost(false).backward_weight_workspace_bytes, all.backward_weight_workspace_bytes);
+  // A layer that did not measure them: the full backward's workspace for I and W, as before.
+  profile.layers[1].split_backward.reset();
+  const LayerTable partly(profile, 1.0, Optimizer::kAdam);
+  EXPECT_EQ(partly.Stage(0, 3, false).backward_input_workspace_bytes, 5000 + 200);
+  EXPECT_EQ(partly.Stage(0, 3, false).backward_weight_workspace_bytes, 5000 + 200);
+  EXPECT_EQ(partly.Stage(2, 3, false).backward_weight_workspace_bytes, 50);
 }
 
 TEST(Memory, StaticBytesFollowTheOptimizer) {
@@ -361,7 +405,8 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
               costs[s].forward_workspace_bytes = trial % 3 == 1 ? 300 + 5 * s : 0;
               costs[s].backward_workspace_bytes = trial % 4 >= 2 ? 2500 + 17 * s : 0;
               costs[s].weight_pass_bytes = trial % 5 >= 2 ? 800 + 3 * s : 0;
-              costs[s].split_backward_workspace_bytes = trial % 3 == 2 ? 2900 + 11 * s : 0;
+              costs[s].backward_input_workspace_bytes = trial % 3 == 2 ? 2900 + 11 * s : 0;
+              costs[s].backward_weight_workspace_bytes = trial % 4 == 1 ? 3100 - 13 * s : 0;
             }
             const MemoryPeak walk = RankMemoryPeak(schedule, r, costs);
             std::vector<const StageCost*> mine;

@@ -1,0 +1,97 @@
+// A zero-bubble rank's peak memory: the memory model, fed the profiler's own figures, against what
+// the executor holds. I keeps the graph for W, W frees parts of it as it runs, and on a first stage
+// W runs the first layer's whole backward. Priced with the full backward's workspace for I and W
+// (profiles without the split pass's figures), the small CNN's zb-h1 ranks were 10-17% off.
+// Not covered here, and still off (docs/memory.md): a stage under remat whose W runs the first
+// layer's backward, and a conv block's I inside a stage (the gradient it receives is freed early).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/schedule/validate.h"
+#include "executor/profiler.h"
+#include "executor/worker.h"
+#include "simulator/cost_model.h"
+#include "simulator/memory_model.h"
+#include "tests/executor/test_plans.h"
+
+namespace gpipe::executor {
+namespace {
+
+constexpr int64_t kMicrobatch = 8;
+
+// The small CNN's shape on 16x16 images: two conv blocks with pooling, then a classifier.
+ModelSpec SmallCnn() {
+  ModelSpec model = testing::ImageModel(/*size=*/16, /*classes=*/4, /*learning_rate=*/0.01);
+  const auto layer = testing::ImageLayer;
+  model.layers = {layer(LayerType::kConvBlock, 3, 8),  layer(LayerType::kMaxPool2d, 0, 1),
+                  layer(LayerType::kConvBlock, 8, 16), layer(LayerType::kMaxPool2d, 0, 3),
+                  layer(LayerType::kGlobalAvgPool, 0, 4), layer(LayerType::kLinear, 16, 4)};
+  for (int i : {0, 2}) {
+    model.layers[static_cast<size_t>(i)].kernel = 3;
+    model.layers[static_cast<size_t>(i)].stride = 1;
+    model.layers[static_cast<size_t>(i)].padding = 1;
+  }
+  return model;
+}
+
+Profile Profiled(const ModelSpec& model) {
+  ProfileSettings settings;
+  settings.microbatch_sizes = {kMicrobatch};
+  settings.warmup = 0;
+  settings.repeats = 1;
+  Expected<std::vector<SizeMeasurement>> sizes = MeasureModel(model, settings);
+  EXPECT_TRUE(sizes.ok()) << sizes.status().message();
+  return ProfileFromMeasurements(model, settings, *sizes);
+}
+
+// Each rank's predicted peak over its measured one, less one, in pipeline-rank order.
+std::vector<double> PeakErrors(const Plan& plan, const RunRecord& record) {
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  Expected<CostModel> costs = BuildCostModel(plan);
+  EXPECT_TRUE(schedule.ok() && costs.ok());
+  std::vector<double> errors(static_cast<size_t>(plan.num_ranks()), 0.0);
+  for (const RankRecord& r : record.ranks) {
+    const double predicted = RankMemoryPeak(*schedule, r.pipeline_rank, *costs).peak_bytes;
+    errors[static_cast<size_t>(r.pipeline_rank)] = predicted / static_cast<double>(r.peak_memory_bytes) - 1.0;
+  }
+  return errors;
+}
+
+TEST(SplitMemoryTest, AFirstStagesZeroBubblePeakIsTheModelsFromTheProfilersFigures) {
+  const ModelSpec model = SmallCnn();
+  const Profile profile = Profiled(model);
+  for (const LayerProfile& layer : profile.layers) ASSERT_TRUE(layer.split_backward.has_value()) << layer.name;
+  // The first layer's W runs its whole backward below its output: more than one output at once.
+  EXPECT_GT(profile.layers[0].split_backward->weight_peak, profile.layers[0].output_bytes);
+  // The first stage's rank, whose W runs the first layer's whole backward: the whole model on one
+  // rank; the first conv block and its pooling (the block is the stage's top layer with
+  // parameters, so the pooling's graph holds its output through W); both blocks (the second's
+  // cut lets go of the first's graph above it).
+  struct Case {
+    int ranks;
+    int cut;  // K = 2: where stage 1 begins
+  };
+  double worst_before = 0;
+  for (const Case& c : {Case{1, 0}, Case{2, 2}, Case{2, 4}}) {
+    SCOPED_TRACE("K=" + std::to_string(c.ranks) + " cut " + std::to_string(c.cut));
+    const int microbatches = 2 * c.ranks;
+    Plan plan = testing::EvenPlan(model.num_layers(), ScheduleKind::kZbH1, c.ranks, 1, microbatches, 1,
+                                  kMicrobatch * microbatches, /*remat=*/false, Optimizer::kAdam);
+    plan.profile = profile;
+    if (c.ranks == 2) plan.stages[0].end_layer = plan.stages[1].first_layer = c.cut;
+    RunSettings settings;
+    settings.steps = 2;
+    Expected<RunRecord> record = TrainInProcess(plan, model, settings);
+    ASSERT_TRUE(record.ok()) << record.status().message();
+    EXPECT_LT(std::abs(PeakErrors(plan, *record).front()), 0.05) << PeakErrors(plan, *record).front();
+    // The same plan priced without the split pass's figures, as before the profiler had them.
+    Plan before = plan;
+    for (LayerProfile& layer : before.profile.layers) layer.split_backward.reset();
+    worst_before = std::max(worst_before, std::abs(PeakErrors(before, *record).front()));
+  }
+  EXPECT_GT(worst_before, 0.10);
+}
+
+}  // namespace
+}  // namespace gpipe::executor
