@@ -24,11 +24,13 @@ struct SplitBackwardBytes {
   /// I's peak above its start, the gradient of the layer's output held; what I captures for W
   /// (weight_pass_bytes) is part of it.
   int64_t input_peak = 0;
-  /// What letting go of the layer's output frees once every I has run: the part of its graph
-  /// above its parameters' nodes. W cuts those nodes from the input path when it starts, and
-  /// inside a stage, below a layer with parameters, nothing else holds that part.
+  /// What letting go of the layer's output frees once its W has run: the part of its graph above
+  /// its parameters' nodes, and what its W kept alive only because the output was held. W cuts
+  /// those nodes from the input path when it starts, and inside a stage, below a layer with
+  /// parameters, nothing else holds that part.
   int64_t weight_cut = 0;
-  /// W's peak above its start, and what it lets go of by its end besides what I left for it: the
+  /// W's peak above its start, the layer's output held (as by a stage whose top layer with
+  /// parameters it is), and what it lets go of by its end besides what I left for it: the
   /// tensors saved by the nodes it runs.
   int64_t weight_peak = 0;
   int64_t weight_freed = 0;

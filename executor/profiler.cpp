@@ -396,9 +396,9 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       "once used, and the output held only by the layer's own graph; weight_pass_bytes is what I leaves for W: the storage "
       "of the gradients it captured where the parameters' paths meet the input path, each storage once, less the gradient "
       "it passes on. The split backward runs as a zero-bubble stage runs it, every layer's I and then W from the last layer "
-      "down: backward_input_peak_bytes is I's peak above its start, weight_pass_cut_bytes what letting go of the layer's "
-      "output freed once every I had run, backward_weight_peak_bytes W's peak above its start and backward_weight_freed_bytes "
-      "what W freed besides weight_pass_bytes.";
+      "down: backward_input_peak_bytes is I's peak above its start, backward_weight_peak_bytes W's peak above its start "
+      "with the layer's output held and backward_weight_freed_bytes what W freed besides weight_pass_bytes, "
+      "weight_pass_cut_bytes what letting go of the layer's output freed once its W had run.";
   return profile;
 }
 

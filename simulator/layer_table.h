@@ -61,9 +61,10 @@ class LayerTable {
     //   layer, the gradient of the layer's output; what the layers below will capture is not
     //   there yet. The layers before the last give inner_input_, the last last_input_.
     // - W starts by cutting the parameters' nodes from the input path, which frees the graph above
-    //   them in every layer below the stage's last with parameters (cut_), then runs the layers
-    //   from the last down, each freeing its nodes' saved tensors; the highest point
-    //   of that walk above its start, cuts not counted (weight_peak_).
+    //   them in every layer below the stage's top one with parameters (cut_: the layers above that
+    //   one have no cut, and the stage's output holds their graph), then runs the layers from the
+    //   last down, each freeing its nodes' saved tensors; the highest point of that walk above
+    //   its start, cuts not counted (weight_peak_).
     bool split_measured_ = true;
     double inner_input_ = -std::numeric_limits<double>::infinity(), last_input_ = 0;
     double weight_peak_ = 0, cut_ = 0, cut_so_far_ = 0;
