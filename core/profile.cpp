@@ -95,14 +95,14 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   }
   {
     // All four, or none: a profile from before the profiler measured them.
-    const char* fields[] = {"backward_input_peak_bytes", "weight_pass_cut_bytes", "backward_weight_peak_bytes",
-                            "backward_weight_freed_bytes"};
     int present = 0;
-    for (const char* field : fields) present += r.Has(field) ? 1 : 0;
+    for (const char* field : kSplitBackwardFields) present += r.Has(field) ? 1 : 0;
     if (present == 4) {
-      layer.split_backward = SplitBackwardBytes{r.Bytes(fields[0]), r.Bytes(fields[1]), r.Bytes(fields[2]), r.Bytes(fields[3])};
+      SplitBackwardBytes split;
+      for (int k = 0; k < 4; ++k) split.*kSplitBackwardMembers[k] = r.Bytes(kSplitBackwardFields[k]);
+      layer.split_backward = split;
     } else if (present > 0) {
-      for (const char* field : fields) {
+      for (const char* field : kSplitBackwardFields) {
         if (!r.Has(field)) {
           r.Fail(field, std::string("is missing; the split backward's memory takes all four of backward_input_peak_bytes, "
                                     "weight_pass_cut_bytes, backward_weight_peak_bytes and backward_weight_freed_bytes, "
@@ -178,6 +178,10 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
 
 Expected<Profile> LoadProfile(const std::string& path) { return LoadJsonAs(path, ProfileFromJson); }
 
+void SplitBackwardToJson(const SplitBackwardBytes& split, nlohmann::json& layer) {
+  for (int k = 0; k < 4; ++k) layer[kSplitBackwardFields[k]] = split.*kSplitBackwardMembers[k];
+}
+
 nlohmann::json ProfileToJson(const Profile& profile) {
   nlohmann::json json = profile.extra;
   json["format"] = kProfileFormat;
@@ -201,12 +205,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
     if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;
     if (layer.inner_backward_workspace_bytes) l["inner_backward_workspace_bytes"] = *layer.inner_backward_workspace_bytes;
     if (layer.output_tensors != 1) l["output_tensors"] = layer.output_tensors;
-    if (const std::optional<SplitBackwardBytes>& split = layer.split_backward) {
-      l["backward_input_peak_bytes"] = split->input_peak;
-      l["weight_pass_cut_bytes"] = split->weight_cut;
-      l["backward_weight_peak_bytes"] = split->weight_peak;
-      l["backward_weight_freed_bytes"] = split->weight_freed;
-    }
+    if (layer.split_backward) SplitBackwardToJson(*layer.split_backward, l);
     layers.push_back(std::move(l));
   }
   json["layers"] = std::move(layers);

@@ -36,6 +36,17 @@ struct SplitBackwardBytes {
   int64_t weight_freed = 0;
 };
 
+/// The four, and their names in a profile's layers and in its measurements, in the same order:
+/// `split.*kSplitBackwardMembers[k]` is the field named kSplitBackwardFields[k].
+inline constexpr int64_t SplitBackwardBytes::*kSplitBackwardMembers[4] = {
+    &SplitBackwardBytes::input_peak, &SplitBackwardBytes::weight_cut, &SplitBackwardBytes::weight_peak,
+    &SplitBackwardBytes::weight_freed};
+inline constexpr const char* kSplitBackwardFields[4] = {"backward_input_peak_bytes", "weight_pass_cut_bytes",
+                                                        "backward_weight_peak_bytes", "backward_weight_freed_bytes"};
+
+/// Writes the four fields into a layer's JSON object (a profile's layer or a measurement's).
+void SplitBackwardToJson(const SplitBackwardBytes& split, nlohmann::json& layer);
+
 /// One layer's costs for one micro-batch.
 struct LayerProfile {
   std::string name;

@@ -39,12 +39,11 @@ std::map<int64_t, std::pair<int64_t, std::vector<LayerProfile>>> Points(const Pr
         } else {
           layer.inner_backward_workspace_bytes.reset();
         }
-        if (l.contains("backward_input_peak_bytes")) {
-          layer.split_backward = SplitBackwardBytes{
-              l.at("backward_input_peak_bytes").get<int64_t>(), l.at("weight_pass_cut_bytes").get<int64_t>(),
-              l.at("backward_weight_peak_bytes").get<int64_t>(), l.at("backward_weight_freed_bytes").get<int64_t>()};
-        } else {
-          layer.split_backward.reset();
+        layer.split_backward.reset();
+        if (l.contains(kSplitBackwardFields[0])) {
+          SplitBackwardBytes split;
+          for (int k = 0; k < 4; ++k) split.*kSplitBackwardMembers[k] = l.at(kSplitBackwardFields[k]).get<int64_t>();
+          layer.split_backward = split;
         }
         read.push_back(layer);
       }
@@ -103,9 +102,10 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
       if (l.inner_backward_workspace_bytes) {
         *l.inner_backward_workspace_bytes = std::llround(static_cast<double>(*l.inner_backward_workspace_bytes) * scale);
       }
-      if (SplitBackwardBytes* split = l.split_backward ? &*l.split_backward : nullptr) {
-        for (int64_t* bytes : {&split->input_peak, &split->weight_cut, &split->weight_peak, &split->weight_freed}) {
-          *bytes = std::llround(static_cast<double>(*bytes) * scale);
+      if (l.split_backward) {
+        for (int64_t SplitBackwardBytes::*field : kSplitBackwardMembers) {
+          int64_t& bytes = (*l.split_backward).*field;
+          bytes = std::llround(static_cast<double>(bytes) * scale);
         }
       }
     }
@@ -146,14 +146,13 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
     } else {
       l.inner_backward_workspace_bytes.reset();
     }
+    l.split_backward.reset();
     if (a[i].split_backward && b[i].split_backward) {
-      const SplitBackwardBytes& x = *a[i].split_backward;
-      const SplitBackwardBytes& y = *b[i].split_backward;
-      l.split_backward = SplitBackwardBytes{MixBytes(x.input_peak, y.input_peak, t), MixBytes(x.weight_cut, y.weight_cut, t),
-                                            MixBytes(x.weight_peak, y.weight_peak, t),
-                                            MixBytes(x.weight_freed, y.weight_freed, t)};
-    } else {
-      l.split_backward.reset();
+      SplitBackwardBytes split;
+      for (int64_t SplitBackwardBytes::*field : kSplitBackwardMembers) {
+        split.*field = MixBytes((*a[i].split_backward).*field, (*b[i].split_backward).*field, t);
+      }
+      l.split_backward = split;
     }
   }
   out.input_bytes = MixBytes(lo->second.first, hi->second.first, t);

@@ -55,14 +55,14 @@ std::vector<double> RunWeightPasses(const torch::Device& device, MemoryMeter& me
       ms[i] = DeviceTimeMs(device, [&] { weights[i].Run(); });
       if (measured != nullptr) {
         LayerMeasurement& m = measured->layers[i];
-        m.backward_weight_peak_bytes = std::max<int64_t>(0, meter.PeakBytes() - before);
-        m.backward_weight_freed_bytes = std::max<int64_t>(0, before - meter.CurrentBytes() - m.weight_pass_bytes);
+        m.split_backward.weight_peak = std::max<int64_t>(0, meter.PeakBytes() - before);
+        m.split_backward.weight_freed = std::max<int64_t>(0, before - meter.CurrentBytes() - m.weight_pass_bytes);
       }
     }
     const int64_t before = meter.CurrentBytes();
     outs[i].clear();
     if (i + 1 < n) ins[i + 1].clear();
-    if (measured != nullptr) measured->layers[i].weight_pass_cut_bytes = std::max<int64_t>(0, before - meter.CurrentBytes());
+    if (measured != nullptr) measured->layers[i].split_backward.weight_cut = std::max<int64_t>(0, before - meter.CurrentBytes());
   }
   return ms;
 }
@@ -239,7 +239,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
               if (round == 0) {
                 LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
                 m.weight_pass_bytes = weight.HeldBytes(input_grads ? anchor_grads : Values());
-                m.backward_input_peak_bytes = std::max<int64_t>(0, meter.PeakBytes() - before);
+                m.split_backward.input_peak = std::max<int64_t>(0, meter.PeakBytes() - before);
               }
               if (input_grads) next_grad = GradientMessage(ins[i], anchor_grads);
             } else if (pass == Pass::kHanded) {
@@ -339,8 +339,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.backward_workspace_bytes = m.backward_workspace_bytes;
     layer.inner_backward_workspace_bytes = m.inner_backward_workspace_bytes;
     layer.output_tensors = m.output_tensors;
-    layer.split_backward = SplitBackwardBytes{m.backward_input_peak_bytes, m.weight_pass_cut_bytes,
-                                              m.backward_weight_peak_bytes, m.backward_weight_freed_bytes};
+    layer.split_backward = m.split_backward;
     layer.weight_pass_bytes = m.weight_pass_bytes;
     profile.layers.push_back(layer);
   }
@@ -357,22 +356,20 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     double sum = 0;
     for (const LayerMeasurement& m : size.layers) {
       sum += m.forward.median_ms + m.backward.median_ms;
-      layers.push_back({{"name", m.name},
-                        {"forward", TimingJson(m.forward)},
-                        {"backward", TimingJson(m.backward)},
-                        {"backward_input", TimingJson(m.backward_input)},
-                        {"backward_weight", TimingJson(m.backward_weight)},
-                        {"param_bytes", m.param_bytes},
-                        {"activation_bytes", m.activation_bytes},
-                        {"output_bytes", m.output_bytes},
-                        {"forward_workspace_bytes", m.forward_workspace_bytes},
-                        {"backward_workspace_bytes", m.backward_workspace_bytes},
-                        {"inner_backward_workspace_bytes", m.inner_backward_workspace_bytes},
-                        {"backward_input_peak_bytes", m.backward_input_peak_bytes},
-                        {"weight_pass_cut_bytes", m.weight_pass_cut_bytes},
-                        {"backward_weight_peak_bytes", m.backward_weight_peak_bytes},
-                        {"backward_weight_freed_bytes", m.backward_weight_freed_bytes},
-                        {"weight_pass_bytes", m.weight_pass_bytes}});
+      nlohmann::json layer = {{"name", m.name},
+                              {"forward", TimingJson(m.forward)},
+                              {"backward", TimingJson(m.backward)},
+                              {"backward_input", TimingJson(m.backward_input)},
+                              {"backward_weight", TimingJson(m.backward_weight)},
+                              {"param_bytes", m.param_bytes},
+                              {"activation_bytes", m.activation_bytes},
+                              {"output_bytes", m.output_bytes},
+                              {"forward_workspace_bytes", m.forward_workspace_bytes},
+                              {"backward_workspace_bytes", m.backward_workspace_bytes},
+                              {"inner_backward_workspace_bytes", m.inner_backward_workspace_bytes},
+                              {"weight_pass_bytes", m.weight_pass_bytes}};
+      SplitBackwardToJson(m.split_backward, layer);
+      layers.push_back(std::move(layer));
     }
     measurements.push_back({{"microbatch_size", size.microbatch_size},
                             {"input_bytes", size.input_bytes},

@@ -59,13 +59,8 @@ struct LayerMeasurement {
   int64_t inner_backward_workspace_bytes = 0;
   /// What the input-gradient pass I leaves for W (WeightPass::HeldBytes).
   int64_t weight_pass_bytes = 0;
-  /// The split backward as a zero-bubble stage runs it (core/profile.h, SplitBackwardBytes): I's
-  /// peak above its start; once every I has run, what letting go of the layer's output freed;
-  /// W's peak above its start, and what W freed besides weight_pass_bytes.
-  int64_t backward_input_peak_bytes = 0;
-  int64_t weight_pass_cut_bytes = 0;
-  int64_t backward_weight_peak_bytes = 0;
-  int64_t backward_weight_freed_bytes = 0;
+  /// The split backward's memory as a zero-bubble stage runs it (core/profile.h).
+  SplitBackwardBytes split_backward;
 };
 
 struct SizeMeasurement {

@@ -81,6 +81,7 @@ void LayerTable::StageBuilder::Extend() {
     }
   }
   forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));
+  split_measured_ = split_measured_ && layer.split_backward.has_value();
   if (end_ > first_) {
     const LayerProfile& before = table_->profile_->layers[end_ - 1];
     // The layer before, now inside the stage: autograd hands it the gradient of its output.
@@ -89,21 +90,18 @@ void LayerTable::StageBuilder::Extend() {
     inner_backward_workspace_ = std::max(inner_backward_workspace_, inner);
     // Every layer before this one runs its full backward after this one's activations are freed.
     freed_inner_backward_workspace_ = std::max(freed_inner_backward_workspace_, inner) - static_cast<double>(layer.activation_bytes);
+    // Its I, likewise, with the gradient of its output there when I reaches it.
+    if (split_measured_) inner_input_ = std::max(inner_input_, last_input_ + static_cast<double>(before.output_bytes));
   }
   last_backward_workspace_ = static_cast<double>(layer.backward_workspace_bytes);
-  if (const std::optional<SplitBackwardBytes>& split = layer.split_backward; split && split_measured_) {
-    if (end_ > first_) {
-      // The layer before is now inside the stage: the gradient of its output is there when I reaches it.
-      inner_input_ = std::max(inner_input_, last_input_ + static_cast<double>(table_->profile_->layers[end_ - 1].output_bytes));
-    }
+  if (split_measured_) {
+    const SplitBackwardBytes& split = *layer.split_backward;
     // weight_pass_ already counts this layer's captures; those of the layers below are not made yet.
     const double below = weight_pass_ - static_cast<double>(layer.weight_pass_bytes);
-    last_input_ = static_cast<double>(split->input_peak) - static_cast<double>(layer.weight_pass_bytes) - below;
-    weight_peak_ = std::max(weight_peak_ - static_cast<double>(split->weight_freed), static_cast<double>(split->weight_peak));
+    last_input_ = static_cast<double>(split.input_peak) - static_cast<double>(layer.weight_pass_bytes) - below;
+    weight_peak_ = std::max(weight_peak_ - static_cast<double>(split.weight_freed), static_cast<double>(split.weight_peak));
     if (layer.param_bytes > 0) cut_ = cut_so_far_;
-    cut_so_far_ += static_cast<double>(split->weight_cut);
-  } else {
-    split_measured_ = false;
+    cut_so_far_ += static_cast<double>(split.weight_cut);
   }
   ++end_;
 }

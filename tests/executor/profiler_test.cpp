@@ -3,6 +3,7 @@
 
 #include "core/profile.h"
 #include "executor/profiler.h"
+#include "tests/executor/profile_settings.h"
 #include "tests/executor/test_plans.h"
 
 namespace gpipe::executor {
@@ -37,11 +38,7 @@ ModelSpec SmallModel() {
 }
 
 std::vector<SizeMeasurement> Measure() {
-  ProfileSettings settings;
-  settings.microbatch_sizes = {kB};
-  settings.warmup = 0;
-  settings.repeats = 3;
-  Expected<std::vector<SizeMeasurement>> sizes = MeasureModel(SmallModel(), settings);
+  Expected<std::vector<SizeMeasurement>> sizes = MeasureModel(SmallModel(), testing::OneSizeSettings(kB, 3));
   EXPECT_TRUE(sizes.ok()) << sizes.status().message();
   return *sizes;
 }
@@ -89,10 +86,7 @@ TEST(ProfilerTest, TheInnerBackwardWorkspaceFreesTheIncomingGradient) {
     model.layers[static_cast<size_t>(i)].stride = 1;
     model.layers[static_cast<size_t>(i)].padding = 1;
   }
-  ProfileSettings settings;
-  settings.microbatch_sizes = {kB};
-  settings.warmup = 0;
-  settings.repeats = 1;
+  const ProfileSettings settings = testing::OneSizeSettings(kB, 1);
   Expected<std::vector<SizeMeasurement>> sizes = MeasureModel(model, settings);
   ASSERT_TRUE(sizes.ok()) << sizes.status().message();
   const std::vector<LayerMeasurement>& layers = sizes->front().layers;
@@ -122,8 +116,7 @@ TEST(ProfilerTest, TimesAreMeasuredAndConsistent) {
 }
 
 TEST(ProfilerTest, WritesALoadableProfileWithItsMeasurements) {
-  ProfileSettings settings;
-  settings.microbatch_sizes = {kB};
+  const ProfileSettings settings = testing::OneSizeSettings(kB, 3);
   const std::vector<SizeMeasurement> sizes = Measure();
   const Profile profile = ProfileFromMeasurements(SmallModel(), settings, sizes);
   Expected<Profile> loaded = ProfileFromJson(ProfileToJson(profile), "profile.json");

@@ -13,6 +13,7 @@
 #include "executor/worker.h"
 #include "simulator/cost_model.h"
 #include "simulator/memory_model.h"
+#include "tests/executor/profile_settings.h"
 #include "tests/executor/test_plans.h"
 
 namespace gpipe::executor {
@@ -36,10 +37,7 @@ ModelSpec SmallCnn() {
 }
 
 Profile Profiled(const ModelSpec& model) {
-  ProfileSettings settings;
-  settings.microbatch_sizes = {kMicrobatch};
-  settings.warmup = 0;
-  settings.repeats = 1;
+  const ProfileSettings settings = testing::OneSizeSettings(kMicrobatch, 1);
   Expected<std::vector<SizeMeasurement>> sizes = MeasureModel(model, settings);
   EXPECT_TRUE(sizes.ok()) << sizes.status().message();
   return ProfileFromMeasurements(model, settings, *sizes);
@@ -84,7 +82,8 @@ TEST(SplitMemoryTest, AFirstStagesZeroBubblePeakIsTheModelsFromTheProfilersFigur
     settings.steps = 2;
     Expected<RunRecord> record = TrainInProcess(plan, model, settings);
     ASSERT_TRUE(record.ok()) << record.status().message();
-    EXPECT_LT(std::abs(PeakErrors(plan, *record).front()), 0.05) << PeakErrors(plan, *record).front();
+    const double first_stage = PeakErrors(plan, *record).front();
+    EXPECT_LT(std::abs(first_stage), 0.05) << first_stage;
     // The same plan priced without the split pass's figures, as before the profiler had them.
     Plan before = plan;
     for (LayerProfile& layer : before.profile.layers) layer.split_backward.reset();
