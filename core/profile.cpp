@@ -90,8 +90,8 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   layer.backward_workspace_bytes = r.OptionalBytes("backward_workspace_bytes", 0);
   layer.weight_pass_bytes = r.OptionalBytes("weight_pass_bytes", 0);
   layer.output_tensors = static_cast<int>(r.OptionalInteger("output_tensors", 1, 1 << 20, 1));
-  if (r.Has("inner_backward_workspace_bytes")) {
-    layer.inner_backward_workspace_bytes = r.OptionalBytes("inner_backward_workspace_bytes", 0);
+  for (const auto& [field, member] : kInnerFields) {
+    if (r.Has(field)) layer.*member = r.OptionalBytes(field, 0);
   }
   {
     // All four, or none: a profile from before the profiler measured them.
@@ -203,7 +203,9 @@ nlohmann::json ProfileToJson(const Profile& profile) {
     if (layer.forward_workspace_bytes != 0) l["forward_workspace_bytes"] = layer.forward_workspace_bytes;
     if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
     if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;
-    if (layer.inner_backward_workspace_bytes) l["inner_backward_workspace_bytes"] = *layer.inner_backward_workspace_bytes;
+    for (const auto& [field, member] : kInnerFields) {
+      if (layer.*member) l[field] = *(layer.*member);
+    }
     if (layer.output_tensors != 1) l["output_tensors"] = layer.output_tensors;
     if (layer.split_backward) SplitBackwardToJson(*layer.split_backward, l);
     layers.push_back(std::move(l));

@@ -80,6 +80,12 @@ struct LayerProfile {
   /// throughout, as a stage's last layer holds its output and the gradient it received.
   /// Optional in the file (absent: backward_workspace_bytes, an upper bound).
   std::optional<int64_t> inner_backward_workspace_bytes = std::nullopt;
+  /// I's peak as for a layer that is not its stage's last (with split_backward): the gradient of
+  /// its output handed to autograd, which frees it once its first node has used it (measured above
+  /// its start, that gradient included). split_backward's input_peak is the same with the gradient
+  /// held throughout, as a stage's last layer holds the one it received.
+  /// Optional in the file (absent: input_peak, an upper bound).
+  std::optional<int64_t> inner_backward_input_peak_bytes = std::nullopt;
   /// Tensors leaving the layer (Llama's hidden states with its rotary embeddings and position ids:
   /// 3). One travels between stages as itself; several are packed into one message, a copy.
   /// Optional in the file (1).
@@ -91,7 +97,18 @@ struct LayerProfile {
   int64_t InnerBackwardWorkspaceBytes() const {
     return inner_backward_workspace_bytes.value_or(backward_workspace_bytes);
   }
+  /// Inner I's peak: measured, or else the held one (0 without split_backward).
+  int64_t InnerBackwardInputPeakBytes() const {
+    return inner_backward_input_peak_bytes.value_or(split_backward ? split_backward->input_peak : 0);
+  }
 };
+
+/// The figures measured as inside a stage, each optional on its own, and their names in a
+/// profile's layers and in its measurements: `layer.*kInnerFields[k].second` is the field named
+/// kInnerFields[k].first.
+inline constexpr std::pair<const char*, std::optional<int64_t> LayerProfile::*> kInnerFields[2] = {
+    {"inner_backward_workspace_bytes", &LayerProfile::inner_backward_workspace_bytes},
+    {"inner_backward_input_peak_bytes", &LayerProfile::inner_backward_input_peak_bytes}};
 
 /// A parameter that several layers share (tied weights: GPT-2's LM head uses the token
 /// embedding's weight). Each listed layer counts it in its own param_bytes; a stage, and a rank,

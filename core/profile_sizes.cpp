@@ -34,10 +34,8 @@ std::map<int64_t, std::pair<int64_t, std::vector<LayerProfile>>> Points(const Pr
         layer.forward_workspace_bytes = l.value("forward_workspace_bytes", int64_t{0});
         layer.backward_workspace_bytes = l.value("backward_workspace_bytes", int64_t{0});
         layer.weight_pass_bytes = l.value("weight_pass_bytes", int64_t{0});
-        if (l.contains("inner_backward_workspace_bytes")) {
-          layer.inner_backward_workspace_bytes = l.at("inner_backward_workspace_bytes").get<int64_t>();
-        } else {
-          layer.inner_backward_workspace_bytes.reset();
+        for (const auto& [field, member] : kInnerFields) {
+          layer.*member = l.contains(field) ? std::optional<int64_t>(l.at(field).get<int64_t>()) : std::nullopt;
         }
         layer.split_backward.reset();
         if (l.contains(kSplitBackwardFields[0])) {
@@ -99,8 +97,8 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
       l.forward_workspace_bytes = std::llround(static_cast<double>(l.forward_workspace_bytes) * scale);
       l.backward_workspace_bytes = std::llround(static_cast<double>(l.backward_workspace_bytes) * scale);
       l.weight_pass_bytes = std::llround(static_cast<double>(l.weight_pass_bytes) * scale);
-      if (l.inner_backward_workspace_bytes) {
-        *l.inner_backward_workspace_bytes = std::llround(static_cast<double>(*l.inner_backward_workspace_bytes) * scale);
+      for (const auto& [field, member] : kInnerFields) {
+        if (l.*member) *(l.*member) = std::llround(static_cast<double>(*(l.*member)) * scale);
       }
       if (l.split_backward) {
         for (int64_t SplitBackwardBytes::*field : kSplitBackwardMembers) {
@@ -140,11 +138,9 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
     l.forward_workspace_bytes = MixBytes(a[i].forward_workspace_bytes, b[i].forward_workspace_bytes, t);
     l.backward_workspace_bytes = MixBytes(a[i].backward_workspace_bytes, b[i].backward_workspace_bytes, t);
     l.weight_pass_bytes = MixBytes(a[i].weight_pass_bytes, b[i].weight_pass_bytes, t);
-    if (a[i].inner_backward_workspace_bytes && b[i].inner_backward_workspace_bytes) {
-      l.inner_backward_workspace_bytes =
-          MixBytes(*a[i].inner_backward_workspace_bytes, *b[i].inner_backward_workspace_bytes, t);
-    } else {
-      l.inner_backward_workspace_bytes.reset();
+    for (const auto& [field, member] : kInnerFields) {
+      const std::optional<int64_t>&from = a[i].*member, &to = b[i].*member;
+      l.*member = from && to ? std::optional<int64_t>(MixBytes(*from, *to, t)) : std::nullopt;
     }
     l.split_backward.reset();
     if (a[i].split_backward && b[i].split_backward) {

@@ -24,7 +24,7 @@ namespace {
 // round), the backward split into I and W (timed), and the whole backward as inside a stage, each
 // layer's output gradient handed to autograd and its output let go (the first round only, for its
 // workspace).
-enum class Pass { kFull, kSplit, kHanded };
+enum class Pass { kFull, kSplit, kHanded, kHandedSplit };
 
 // The loss of the last layer's outputs: one tensor, the logits.
 torch::Tensor LossOfLast(const ModelSpec& model, const Layer& last, const Values& out, const torch::Tensor& target) {
@@ -174,12 +174,13 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
                                         &weight_grad = state.weight_grad;
       std::vector<double>& whole = state.whole;
       const bool keep = round >= settings.warmup;
-      // The third pass, in the first round only, measures memory and no time: each layer's
-      // backward as inside a stage (inner_backward_workspace_bytes).
-      for (const Pass pass : {Pass::kFull, Pass::kSplit, Pass::kHanded}) {
-        if (pass == Pass::kHanded && round != 0) continue;
-        const bool input_only = pass == Pass::kSplit;
-        const bool timed = pass != Pass::kHanded;
+      // The third and fourth passes, in the first round only, measure memory and no time: each
+      // layer's backward, and its I, as inside a stage (inner_backward_workspace_bytes,
+      // inner_backward_input_peak_bytes).
+      for (const Pass pass : {Pass::kFull, Pass::kSplit, Pass::kHanded, Pass::kHandedSplit}) {
+        const bool timed = pass == Pass::kFull || pass == Pass::kSplit;
+        if (!timed && round != 0) continue;
+        const bool input_only = pass == Pass::kSplit || pass == Pass::kHandedSplit;
         std::vector<Values> ins(n), outs(n);
         Values x = {batch.input};
         for (int i = 0; i < n; ++i) {
@@ -230,16 +231,23 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
             if (input_only) {
               // The first layer's input needs no gradient: I stops at its outputs, as on a first stage.
               const bool input_grads = i > 0 && AnyFloatingPoint(ins[i]);
-              const Values& anchors = input_grads ? ins[i] : outs[i];
+              const Values anchors = input_grads ? ins[i] : outs[i];
+              const std::vector<torch::Tensor> params = layers[static_cast<size_t>(i)]->Parameters();
               Values anchor_grads;
               WeightPass& weight = weights[static_cast<size_t>(i)];
-              ms = DeviceTimeMs(settings.device, [&] {
-                weight = BackwardInput(outs[i], grad, anchors, layers[static_cast<size_t>(i)]->Parameters(), &anchor_grads);
-              });
-              if (round == 0) {
-                LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
-                m.weight_pass_bytes = weight.HeldBytes(input_grads ? anchor_grads : Values());
-                m.split_backward.input_peak = std::max<int64_t>(0, meter.PeakBytes() - before);
+              LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
+              if (pass == Pass::kHandedSplit) {
+                // Inside a stage, I reaches the layer with the gradient of its output handed to
+                // autograd by the layer after, which frees it once its first node has used it.
+                auto [roots, seeds] = HandedOver(std::move(outs[i]), std::move(grad));
+                weight = BackwardInput(roots, seeds, anchors, params, &anchor_grads);
+                m.inner_backward_input_peak_bytes = std::max<int64_t>(0, meter.PeakBytes() - before);
+              } else {
+                ms = DeviceTimeMs(settings.device, [&] { weight = BackwardInput(outs[i], grad, anchors, params, &anchor_grads); });
+                if (round == 0) {
+                  m.weight_pass_bytes = weight.HeldBytes(input_grads ? anchor_grads : Values());
+                  m.split_backward.input_peak = std::max<int64_t>(0, meter.PeakBytes() - before);
+                }
               }
               if (input_grads) next_grad = GradientMessage(ins[i], anchor_grads);
             } else if (pass == Pass::kHanded) {
@@ -269,7 +277,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           if (keep && timed) (input_only ? input_grad : bwd)[i].push_back(ms);
           grad = i > 0 && next_grad.empty() ? GradientMessage(outs[i - 1], {}) : next_grad;
         }
-        if (input_only) {
+        if (pass == Pass::kSplit) {
           where = "the weight-gradient passes W, after every layer's I";
           x.clear();
           grad.clear();
@@ -338,6 +346,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     layer.forward_workspace_bytes = m.forward_workspace_bytes;
     layer.backward_workspace_bytes = m.backward_workspace_bytes;
     layer.inner_backward_workspace_bytes = m.inner_backward_workspace_bytes;
+    layer.inner_backward_input_peak_bytes = m.inner_backward_input_peak_bytes;
     layer.output_tensors = m.output_tensors;
     layer.split_backward = m.split_backward;
     layer.weight_pass_bytes = m.weight_pass_bytes;
@@ -367,6 +376,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
                               {"forward_workspace_bytes", m.forward_workspace_bytes},
                               {"backward_workspace_bytes", m.backward_workspace_bytes},
                               {"inner_backward_workspace_bytes", m.inner_backward_workspace_bytes},
+                              {"inner_backward_input_peak_bytes", m.inner_backward_input_peak_bytes},
                               {"weight_pass_bytes", m.weight_pass_bytes}};
       SplitBackwardToJson(m.split_backward, layer);
       layers.push_back(std::move(layer));
@@ -395,7 +405,8 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       "it passes on. The split backward runs as a zero-bubble stage runs it, every layer's I and then W from the last layer "
       "down: backward_input_peak_bytes is I's peak above its start, backward_weight_peak_bytes W's peak above its start "
       "with the layer's output held and backward_weight_freed_bytes what W freed besides weight_pass_bytes, "
-      "weight_pass_cut_bytes what letting go of the layer's output freed once its W had run.";
+      "weight_pass_cut_bytes what letting go of the layer's output freed once its W had run; "
+      "inner_backward_input_peak_bytes is I's peak as inside a stage, the gradient of the output handed to autograd.";
   return profile;
 }
 

@@ -57,6 +57,9 @@ struct LayerMeasurement {
   int64_t forward_workspace_bytes = 0;
   int64_t backward_workspace_bytes = 0;
   int64_t inner_backward_workspace_bytes = 0;
+  /// I's peak above its start as inside a stage, the gradient of the output handed to autograd
+  /// (split_backward.input_peak: held throughout).
+  int64_t inner_backward_input_peak_bytes = 0;
   /// What the input-gradient pass I leaves for W (WeightPass::HeldBytes).
   int64_t weight_pass_bytes = 0;
   /// The split backward's memory as a zero-bubble stage runs it (core/profile.h).

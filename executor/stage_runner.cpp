@@ -121,7 +121,7 @@ Values StageRunner::RunLayers(StageSetup& stage, size_t begin, size_t end, Value
   if (begin < end && stage.layers[begin]->MayWriteInput()) x = ClonedOf(x);
   for (size_t l = begin; l < end; ++l) {
     x = stage.layers[l]->Apply(x);
-    if (boundaries != nullptr) boundaries->insert(boundaries->end(), x.begin(), x.end());
+    if (boundaries != nullptr && boundaries->empty() && AnyRequiresGrad(x)) *boundaries = x;
   }
   return x;
 }

@@ -111,7 +111,11 @@ class StageRunner {
   struct Micro {
     Values input;
     Values root;  // the stage outputs with their graph, or the scaled loss on the last stage
-    Values boundaries;  // each layer's outputs (zb-h1, first stage: I's anchors)
+    // zb-h1, first stage: I's anchors, the outputs of the stage's lowest layer that has any
+    // needing a gradient. Every path from a parameter above meets theirs, and I holds the
+    // gradient it finds at each anchor until it ends: anchored at every layer's outputs, it held
+    // all of the stage's inner gradients at once, which the memory model does not count.
+    Values boundaries;
     WeightPass weight_pass;  // what I left for W (zb-h1)
     // Partial remat: the leaves the layers after the recomputed ones start from, the recomputed
     // layers' outputs with their graph (from B or I on), and what I left for W of the later layers.
@@ -156,7 +160,8 @@ class StageRunner {
   void FinishBackward(const Action& a);
   void ReleaseIfDone(int stage, int microbatch);
 
-  /// Runs the stage's layers [begin, end) on `x`, appending each one's outputs to `boundaries`.
+  /// Runs the stage's layers [begin, end) on `x`; into an empty `boundaries`, the outputs of the
+  /// first of them with any output that needs a gradient.
   Values RunLayers(StageSetup& stage, size_t begin, size_t end, Values x, Values* boundaries);
   torch::Tensor Target(int microbatch) const;
   /// The loss of the last stage's outputs (one tensor: the logits).

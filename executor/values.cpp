@@ -55,6 +55,13 @@ bool AnyFloatingPoint(const Values& x) {
   return false;
 }
 
+bool AnyRequiresGrad(const Values& x) {
+  for (const torch::Tensor& t : x) {
+    if (t.defined() && t.requires_grad()) return true;
+  }
+  return false;
+}
+
 Values GradientMessage(const Values& inputs, const Values& grads) {
   Values message;
   for (size_t k = 0; k < inputs.size(); ++k) {
@@ -100,23 +107,27 @@ void RunBackward(const Values& outputs, const Values& grads) {
   torch::autograd::backward(roots, seeds);
 }
 
-void RunBackwardHandingOver(Values&& outputs, Values&& grads) {
+std::pair<Values, Values> HandedOver(Values&& outputs, Values&& grads) {
   auto [roots, seeds] = BackwardRoots(outputs, grads);
   outputs.clear();
   grads.clear();
-  if (roots.empty()) return;
-  if (seeds.empty()) {  // a scalar loss: nothing to hand over
-    torch::autograd::backward(roots);
-    return;
-  }
-  Values handed, empty;
+  if (seeds.empty()) return {std::move(roots), Values()};  // a scalar loss (or no root): nothing to hand over
+  Values handed, ones;
   for (size_t k = 0; k < roots.size(); ++k) {
     handed.push_back(HandOver::apply(roots[k], std::move(seeds[k])));
-    empty.push_back(torch::ones_like(handed.back()));
+    ones.push_back(torch::ones_like(handed.back()));
   }
-  seeds.clear();
-  roots.clear();
-  torch::autograd::backward(handed, empty);
+  return {std::move(handed), std::move(ones)};
+}
+
+void RunBackwardHandingOver(Values&& outputs, Values&& grads) {
+  auto [roots, seeds] = HandedOver(std::move(outputs), std::move(grads));
+  if (roots.empty()) return;
+  if (seeds.empty()) {
+    torch::autograd::backward(roots);
+  } else {
+    torch::autograd::backward(roots, seeds);
+  }
 }
 
 }  // namespace gpipe::executor

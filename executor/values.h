@@ -24,6 +24,8 @@ Values ClonedOf(const Values& x);
 int64_t BytesOf(const Values& x);
 /// Whether any tensor of `x` is floating-point (differentiable).
 bool AnyFloatingPoint(const Values& x);
+/// Whether any tensor of `x` needs a gradient.
+bool AnyRequiresGrad(const Values& x);
 
 /// The gradient message for `inputs`: one tensor per floating-point input, `grads[k]` (aligned
 /// with `inputs`) or zeros where no gradient reached it.
@@ -43,5 +45,10 @@ void RunBackward(const Values& outputs, const Values& grads);
 /// keeps them. For the profiler's workspace of a layer that is not its stage's last. Both are
 /// empty afterwards.
 void RunBackwardHandingOver(Values&& outputs, Values&& grads);
+/// Roots and seeds that hand `outputs` and `grads` to autograd in the same way, for a backward
+/// run some other way (the profiler's inner I): each root is an empty tensor whose node passes
+/// its gradient on once, seeded with ones. A scalar loss (`grads` empty): the outputs themselves,
+/// seeds empty. Both are empty afterwards.
+std::pair<Values, Values> HandedOver(Values&& outputs, Values&& grads);
 
 }  // namespace gpipe::executor

@@ -91,14 +91,15 @@ void LayerTable::StageBuilder::Extend() {
     // Every layer before this one runs its full backward after this one's activations are freed.
     freed_inner_backward_workspace_ = std::max(freed_inner_backward_workspace_, inner) - static_cast<double>(layer.activation_bytes);
     // Its I, likewise, with the gradient of its output there when I reaches it.
-    if (split_measured_) inner_input_ = std::max(inner_input_, last_input_ + static_cast<double>(before.output_bytes));
+    if (split_measured_) inner_input_ = std::max(inner_input_, last_inner_input_ + static_cast<double>(before.output_bytes));
   }
   last_backward_workspace_ = static_cast<double>(layer.backward_workspace_bytes);
   if (split_measured_) {
     const SplitBackwardBytes& split = *layer.split_backward;
-    // weight_pass_ already counts this layer's captures; those of the layers below are not made yet.
-    const double below = weight_pass_ - static_cast<double>(layer.weight_pass_bytes);
-    last_input_ = static_cast<double>(split.input_peak) - static_cast<double>(layer.weight_pass_bytes) - below;
+    // weight_pass_ counts this layer's captures, part of its I's peak, and those of the layers
+    // below, not made yet when I reaches it.
+    last_input_ = static_cast<double>(split.input_peak) - weight_pass_;
+    last_inner_input_ = static_cast<double>(layer.InnerBackwardInputPeakBytes()) - weight_pass_;
     weight_peak_ = std::max(weight_peak_ - static_cast<double>(split.weight_freed), static_cast<double>(split.weight_peak));
     if (layer.param_bytes > 0) cut_ = cut_so_far_;
     cut_so_far_ += static_cast<double>(split.weight_cut);

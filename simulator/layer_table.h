@@ -59,14 +59,16 @@ class LayerTable {
     // the stash and all that I leaves for W held from I's start:
     // - I reaches each layer holding the gradients captured above it and, below the stage's last
     //   layer, the gradient of the layer's output; what the layers below will capture is not
-    //   there yet. The layers before the last give inner_input_, the last last_input_.
+    //   there yet. The layers before the last give inner_input_ (each its inner I peak, the
+    //   gradient of its output handed to autograd, above that gradient: last_inner_input_ until
+    //   the next layer makes it inner), the last last_input_ (the gradient it received held).
     // - W starts by cutting the parameters' nodes from the input path, which frees the graph above
     //   them in every layer below the stage's top one with parameters (cut_: the layers above that
     //   one have no cut, and the stage's output holds their graph), then runs the layers from the
     //   last down, each freeing its nodes' saved tensors; the highest point of that walk above
     //   its start, cuts not counted (weight_peak_).
     bool split_measured_ = true;
-    double inner_input_ = -std::numeric_limits<double>::infinity(), last_input_ = 0;
+    double inner_input_ = -std::numeric_limits<double>::infinity(), last_input_ = 0, last_inner_input_ = 0;
     double weight_peak_ = 0, cut_ = 0, cut_so_far_ = 0;
   };
 

@@ -65,36 +65,60 @@ TEST(ProfileSizesTest, MeasuredInterpolatedExtrapolated) {
   EXPECT_EQ(again, note);
 }
 
-TEST(ProfileSizesTest, TheInnerBackwardWorkspaceFollowsTheSizesWhereMeasured) {
+TEST(ProfileSizesTest, TheFiguresMeasuredAsInsideAStageFollowTheSizesWhereMeasured) {
+  // Each of the two on its own: the full backward's workspace and I's peak, each as inside a stage.
+  for (const auto& [field, member] : kInnerFields) {
+    SCOPED_TRACE(field);
+    Profile p = TwoSizes();
+    p.layers[0].*member = 100;  // the profile's own size, 4
+    p.extra["measurements"][0]["layers"][0][field] = 100;
+    p.extra["measurements"][1]["layers"][0][field] = 300;
+    EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].*member, 200);
+    EXPECT_EQ(ProfileAtMicrobatch(p, 8).layers[0].*member, 300);
+    // One size without it: absent, so the held figure stands in (an upper bound), not a guess.
+    p.extra["measurements"][1]["layers"][0].erase(field);
+    EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].*member, std::nullopt);
+    // A file round-trips it, and one without it reads as absent.
+    Profile one = TwoSizes();
+    one.extra.erase("measurements");
+    one.layers[0].*member = 123;
+    Expected<Profile> read = ProfileFromJson(ProfileToJson(one), "p.json");
+    ASSERT_TRUE(read.ok()) << read.status().message();
+    EXPECT_EQ(read->layers[0].*member, 123);
+    for (const auto& [other, other_member] : kInnerFields) {
+      if (other_member != member) {
+        EXPECT_EQ(read->layers[0].*other_member, std::nullopt) << other;
+      }
+    }
+    EXPECT_EQ(ProfileAtMicrobatch(one, 2).layers[0].*member, 62);  // scaled, rounded
+    one.layers[0].*member = std::nullopt;
+    read = ProfileFromJson(ProfileToJson(one), "p.json");
+    ASSERT_TRUE(read.ok()) << read.status().message();
+    EXPECT_EQ(read->layers[0].*member, std::nullopt);
+    nlohmann::json bad = ProfileToJson(one);
+    bad["layers"][0][field] = -1;
+    const Expected<Profile> refused = ProfileFromJson(bad, "p.json");
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find(field), std::string::npos) << refused.status().message();
+  }
+  // Absent, the held figures stand in.
   Profile p = TwoSizes();
-  p.layers[0].inner_backward_workspace_bytes = 100;  // the profile's own size, 4
-  p.extra["measurements"][0]["layers"][0]["inner_backward_workspace_bytes"] = 100;
-  p.extra["measurements"][1]["layers"][0]["inner_backward_workspace_bytes"] = 300;
-  EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].inner_backward_workspace_bytes, 200);
-  EXPECT_EQ(ProfileAtMicrobatch(p, 8).layers[0].inner_backward_workspace_bytes, 300);
-  // One size without it: absent, so the held workspace stands in (an upper bound), not a guess.
-  p.extra["measurements"][1]["layers"][0].erase("inner_backward_workspace_bytes");
-  EXPECT_EQ(ProfileAtMicrobatch(p, 6).layers[0].inner_backward_workspace_bytes, std::nullopt);
-  EXPECT_EQ(ProfileAtMicrobatch(p, 8).layers[0].InnerBackwardWorkspaceBytes(), 0);  // size 8 measured none
-  // A file round-trips it, and one without it reads as absent.
+  p.layers[0].backward_workspace_bytes = 40;
+  EXPECT_EQ(p.layers[0].InnerBackwardWorkspaceBytes(), 40);
+  EXPECT_EQ(p.layers[0].InnerBackwardInputPeakBytes(), 0);  // no split backward measured
+  p.layers[0].split_backward = SplitBackwardBytes{30, 0, 0, 0};
+  EXPECT_EQ(p.layers[0].InnerBackwardInputPeakBytes(), 30);
+  p.layers[0].inner_backward_input_peak_bytes = 20;
+  EXPECT_EQ(p.layers[0].InnerBackwardInputPeakBytes(), 20);
+  // How many tensors leave the layer (1 is not written) round-trips and follows the sizes.
   Profile one = TwoSizes();
   one.extra.erase("measurements");
-  one.layers[0].inner_backward_workspace_bytes = 123;
-  one.layers[0].output_tensors = 3;  // and how many tensors leave the layer (1 is not written)
+  one.layers[0].output_tensors = 3;
   Expected<Profile> read = ProfileFromJson(ProfileToJson(one), "p.json");
   ASSERT_TRUE(read.ok()) << read.status().message();
-  EXPECT_EQ(read->layers[0].inner_backward_workspace_bytes, 123);
   EXPECT_EQ(read->layers[0].output_tensors, 3);
   EXPECT_EQ(ProfileAtMicrobatch(one, 2).layers[0].output_tensors, 3);
-  EXPECT_EQ(ProfileAtMicrobatch(one, 2).layers[0].inner_backward_workspace_bytes, 62);  // scaled, rounded
-  one.layers[0].inner_backward_workspace_bytes.reset();
-  read = ProfileFromJson(ProfileToJson(one), "p.json");
-  ASSERT_TRUE(read.ok()) << read.status().message();
-  EXPECT_EQ(read->layers[0].inner_backward_workspace_bytes, std::nullopt);
   nlohmann::json bad = ProfileToJson(one);
-  bad["layers"][0]["inner_backward_workspace_bytes"] = -1;
-  EXPECT_FALSE(ProfileFromJson(bad, "p.json").ok());
-  bad = ProfileToJson(one);
   bad["layers"][0]["output_tensors"] = 0;
   EXPECT_FALSE(ProfileFromJson(bad, "p.json").ok());
 }

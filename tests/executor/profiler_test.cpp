@@ -75,8 +75,9 @@ TEST(ProfilerTest, BytesMatchHandCounts) {
   EXPECT_GE(layers[4].activation_bytes, kB * kS * kVocab * 4);
 }
 
-// The backward workspace twice: with the gradient of the layer's output held (a stage's last
-// layer holds what it received) and handed to autograd (inside a stage, the layer after gave it).
+// The backward workspace and I's peak twice: with the gradient of the layer's output held (a
+// stage's last layer holds what it received) and handed to autograd (inside a stage, the layer
+// after gave it).
 TEST(ProfilerTest, TheInnerBackwardWorkspaceFreesTheIncomingGradient) {
   ModelSpec model = testing::ImageModel(/*size=*/16, /*classes=*/4, /*learning_rate=*/0.01);
   model.layers = {testing::ImageLayer(LayerType::kConvBlock, 3, 8), testing::ImageLayer(LayerType::kConvBlock, 8, 8),
@@ -101,10 +102,15 @@ TEST(ProfilerTest, TheInnerBackwardWorkspaceFreesTheIncomingGradient) {
   EXPECT_GE(block.inner_backward_workspace_bytes, 2 * out);  // still two of its gradients at once
   // The pooling's backward keeps no output: only its [b, 8] output's bytes less.
   EXPECT_EQ(layers[2].inner_backward_workspace_bytes, layers[2].backward_workspace_bytes - kB * 8 * 4);
+  // Its I, as a zero-bubble stage runs it, keeps the graph for W (the output stays), but inside a
+  // stage it too lets go of the gradient it got once the ReLU's backward has used it.
+  EXPECT_EQ(block.inner_backward_input_peak_bytes, block.split_backward.input_peak - out);
+  EXPECT_GT(block.inner_backward_input_peak_bytes, 0);
   // Both go into the profile.
   const Profile profile = ProfileFromMeasurements(model, settings, *sizes);
   EXPECT_EQ(profile.layers[1].inner_backward_workspace_bytes, block.inner_backward_workspace_bytes);
   EXPECT_EQ(profile.layers[1].backward_workspace_bytes, block.backward_workspace_bytes);
+  EXPECT_EQ(profile.layers[1].inner_backward_input_peak_bytes, block.inner_backward_input_peak_bytes);
 }
 
 TEST(ProfilerTest, TimesAreMeasuredAndConsistent) {

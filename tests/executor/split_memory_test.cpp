@@ -2,8 +2,9 @@
 // the executor holds. I keeps the graph for W, W frees parts of it as it runs, and on a first stage
 // W runs the first layer's whole backward. Priced with the full backward's workspace for I and W
 // (profiles without the split pass's figures), the small CNN's zb-h1 ranks were 10-17% off.
-// Not covered here, and still off (docs/memory.md): a stage under remat whose W runs the first
-// layer's backward, and a conv block's I inside a stage (the gradient it receives is freed early).
+// Inside a stage, a layer's I frees the gradient it got from the layer above once used; the
+// profiler's inner I peak prices that. Not covered here, and still off (docs/memory.md): a stage
+// under remat whose W runs the first layer's backward.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,7 +57,7 @@ std::vector<double> PeakErrors(const Plan& plan, const RunRecord& record) {
   return errors;
 }
 
-TEST(SplitMemoryTest, AFirstStagesZeroBubblePeakIsTheModelsFromTheProfilersFigures) {
+TEST(SplitMemoryTest, AZeroBubbleRanksPeakIsTheModelsFromTheProfilersFigures) {
   const ModelSpec model = SmallCnn();
   const Profile profile = Profiled(model);
   for (const LayerProfile& layer : profile.layers) ASSERT_TRUE(layer.split_backward.has_value()) << layer.name;
@@ -82,8 +83,19 @@ TEST(SplitMemoryTest, AFirstStagesZeroBubblePeakIsTheModelsFromTheProfilersFigur
     settings.steps = 2;
     Expected<RunRecord> record = TrainInProcess(plan, model, settings);
     ASSERT_TRUE(record.ok()) << record.status().message();
-    const double first_stage = PeakErrors(plan, *record).front();
-    EXPECT_LT(std::abs(first_stage), 0.05) << first_stage;
+    const std::vector<double> errors = PeakErrors(plan, *record);
+    EXPECT_LT(std::abs(errors.front()), 0.05) << errors.front();
+    if (c.cut == 2) {
+      // The second stage begins with the second conv block, whose I gets the gradient of its
+      // output from the pooling above and frees it once used: priced from the inner I peak,
+      // within 5%; priced as if it held that gradient (the stage's last layer's I), over by more
+      // than 8%. (With cut 4 the second stage is the pooling and the classifier, 44 KB in all,
+      // most of it the executor's own small tensors.)
+      EXPECT_LT(std::abs(errors.back()), 0.05) << errors.back();
+      Plan held = plan;
+      for (LayerProfile& layer : held.profile.layers) layer.inner_backward_input_peak_bytes.reset();
+      EXPECT_GT(PeakErrors(held, *record).back(), 0.08);
+    }
     // The same plan priced without the split pass's figures, as before the profiler had them.
     Plan before = plan;
     for (LayerProfile& layer : before.profile.layers) layer.split_backward.reset();

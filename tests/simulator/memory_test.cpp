@@ -348,6 +348,15 @@ TEST(Memory, ASplitBackwardsIAndWArePricedFromTheirOwnMeasurements) {
   LayerTable::StageBuilder builder(table, 0);
   for (int l = 0; l < 3; ++l) builder.Extend();
   EXPECT_EQ(builder.Cost(false).backward_weight_workspace_bytes, all.backward_weight_workspace_bytes);
+  // Layer 1's I measured as inside a stage, the gradient of its output handed to autograd: 50
+  // above its start, that gradient included (freed once used). Inside the stage that prices it
+  // 200 + 50 - 100; as a stage's last layer, it still holds the gradient it received: 100.
+  profile.layers[1].inner_backward_input_peak_bytes = 50;
+  const LayerTable handed(profile, 1.0, Optimizer::kAdam);
+  EXPECT_EQ(handed.Stage(0, 3, false).backward_input_workspace_bytes, 150);
+  EXPECT_EQ(handed.Stage(1, 2, false).backward_input_workspace_bytes, 100);
+  EXPECT_EQ(handed.Stage(0, 3, false).backward_weight_workspace_bytes, all.backward_weight_workspace_bytes);
+  profile.layers[1].inner_backward_input_peak_bytes.reset();
   // A layer that did not measure them: the full backward's workspace for I and W, as before.
   profile.layers[1].split_backward.reset();
   const LayerTable partly(profile, 1.0, Optimizer::kAdam);
