@@ -21,9 +21,9 @@ namespace gpipe::executor {
 namespace {
 
 // A round's passes over the layers: the whole backward (timed; its workspace measured in the first
-// round), the backward split into I and W (timed), and the whole backward as inside a stage, each
+// round), the backward split into I and W (timed), the whole backward as inside a stage, each
 // layer's output gradient handed to autograd and its output let go (the first round only, for its
-// workspace).
+// workspace), and I likewise with the gradient handed over (the first round only, for its peak).
 enum class Pass { kFull, kSplit, kHanded, kHandedSplit };
 
 // The loss of the last layer's outputs: one tensor, the logits.

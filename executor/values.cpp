@@ -123,11 +123,7 @@ std::pair<Values, Values> HandedOver(Values&& outputs, Values&& grads) {
 void RunBackwardHandingOver(Values&& outputs, Values&& grads) {
   auto [roots, seeds] = HandedOver(std::move(outputs), std::move(grads));
   if (roots.empty()) return;
-  if (seeds.empty()) {
-    torch::autograd::backward(roots);
-  } else {
-    torch::autograd::backward(roots, seeds);
-  }
+  torch::autograd::backward(roots, seeds);  // no seeds: a scalar loss, as in RunBackward
 }
 
 }  // namespace gpipe::executor
