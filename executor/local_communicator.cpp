@@ -2,6 +2,8 @@
 
 #include <stdexcept>
 
+#include "executor/memory_meter.h"
+
 namespace gpipe::executor {
 namespace {
 
@@ -39,7 +41,12 @@ class LocalCommunicator final : public Communicator {
   std::string backend() const override { return "in-process"; }
 
   std::unique_ptr<PendingWork> Send(const torch::Tensor& tensor, int peer, int tag) override {
-    hub_->Post(rank_, peer, tag, tensor.detach().clone());
+    torch::Tensor message;
+    {
+      UnchargedAllocations wire;  // the mailbox's copy is the wire's, not this rank's
+      message = tensor.detach().clone();
+    }
+    hub_->Post(rank_, peer, tag, std::move(message));
     return std::make_unique<LocalWork>(hub_, rank_, peer, tag, torch::Tensor());
   }
   std::unique_ptr<PendingWork> Recv(const torch::Tensor& into, int peer, int tag) override {
@@ -123,6 +130,7 @@ std::string LocalHub::TakeString(int from) {
 }
 
 torch::Tensor LocalHub::Reduce(const std::vector<int>& group, const torch::Tensor& contribution) {
+  UnchargedAllocations wire;  // the running sum and the copies handed back are the wire's
   std::unique_lock<std::mutex> lock(mutex_);
   ThrowIfAborted();
   Reduction& r = reductions_[group];

@@ -1,5 +1,6 @@
 // An in-process Communicator: ranks are threads sharing one LocalHub. Sends copy the tensor into
-// a mailbox keyed by (from, to, tag); receives wait on it. Used by the tests that run every
+// a mailbox keyed by (from, to, tag), charged to no rank's memory meter (a real wire's buffers are in
+// neither rank's tensors); receives wait on it. Used by the tests that run every
 // schedule against a single-process reference without spawning processes. Abort() wakes every
 // waiter with the reason, as a dead peer would on a real wire.
 #pragma once

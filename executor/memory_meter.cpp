@@ -84,6 +84,10 @@ MemoryMeter::~MemoryMeter() {
   if (charged_counter == counter_) charged_counter = nullptr;
 }
 
+UnchargedAllocations::UnchargedAllocations() : saved_(charged_counter) { charged_counter = nullptr; }
+
+UnchargedAllocations::~UnchargedAllocations() { charged_counter = saved_; }
+
 int64_t MemoryMeter::CurrentBytes() const {
 #ifdef GPIPE_WITH_CUDA
   if (device_.is_cuda()) {

@@ -46,4 +46,19 @@ class MemoryMeter {
   MemoryCounter* counter_ = nullptr;
 };
 
+/// While one lives, this thread's CPU allocations are charged to no rank's meter. For an
+/// in-process wire's own copies (a message waiting in a mailbox, a group sum): on a real wire they
+/// sit in the transport's buffers, in neither rank's tensors, and charging them to the sender
+/// would make its peak depend on when the receiver takes them.
+class UnchargedAllocations {
+ public:
+  UnchargedAllocations();
+  ~UnchargedAllocations();
+  UnchargedAllocations(const UnchargedAllocations&) = delete;
+  UnchargedAllocations& operator=(const UnchargedAllocations&) = delete;
+
+ private:
+  MemoryCounter* saved_;
+};
+
 }  // namespace gpipe::executor

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "executor/memory_meter.h"
+
 namespace gpipe::executor {
 
 struct NcclHub::Op {
@@ -223,6 +225,7 @@ void NcclHub::Wait(int rank, const std::shared_ptr<Op>& op) {
 }
 
 torch::Tensor NcclHub::Reduce(int rank, const std::vector<int>& group, const torch::Tensor& contribution) {
+  UnchargedAllocations wire;  // the running sum and the copies handed back are the wire's
   std::unique_lock<std::mutex> lock(mutex_);
   ThrowIfAborted();
   Reduction& r = reductions_[group];

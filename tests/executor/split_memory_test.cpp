@@ -84,14 +84,14 @@ TEST(SplitMemoryTest, AZeroBubbleRanksPeakIsTheModelsFromTheProfilersFigures) {
     Expected<RunRecord> record = TrainInProcess(plan, model, settings);
     ASSERT_TRUE(record.ok()) << record.status().message();
     const std::vector<double> errors = PeakErrors(plan, *record);
-    EXPECT_LT(std::abs(errors.front()), 0.05) << errors.front();
+    // Every rank within 5%. (The in-process wire's mailbox copies are charged to no rank, as a
+    // real wire's buffers are in neither rank's tensors; charged to the sender, they made its peak
+    // depend on when the receiver took them: the cut-4 second stage was priced 23% under what it held.)
+    for (double error : errors) EXPECT_LT(std::abs(error), 0.05) << error;
     if (c.cut == 2) {
       // The second stage begins with the second conv block, whose I gets the gradient of its
-      // output from the pooling above and frees it once used: priced from the inner I peak,
-      // within 5%; priced as if it held that gradient (the stage's last layer's I), over by more
-      // than 8%. (With cut 4 the second stage is the pooling and the classifier, 36-44 KB in all,
-      // most of it the executor's own small tensors.)
-      EXPECT_LT(std::abs(errors.back()), 0.05) << errors.back();
+      // output from the pooling above and frees it once used: priced from the inner I peak;
+      // priced as if it held that gradient (the stage's last layer's I), over by more than 8%.
       Plan held = plan;
       for (LayerProfile& layer : held.profile.layers) layer.inner_backward_input_peak_bytes.reset();
       EXPECT_GT(PeakErrors(held, *record).back(), 0.08);
