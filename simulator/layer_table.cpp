@@ -81,6 +81,8 @@ void LayerTable::StageBuilder::Extend() {
     }
   }
   forward_workspace_ = std::max(forward_workspace_, static_cast<double>(layer.forward_workspace_bytes));
+  forward_beyond_stash_ = std::max(forward_beyond_stash_ - static_cast<double>(layer.activation_bytes),
+                                   static_cast<double>(layer.forward_workspace_bytes));
   split_measured_ = split_measured_ && layer.split_backward.has_value();
   if (end_ > first_) {
     const LayerProfile& before = table_->profile_->layers[end_ - 1];
@@ -131,7 +133,10 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
   c.sends_held = table_->sends_held_;
   c.sent_output_in_stash = (layers == 0 || c.partial_remat) && table_->profile_->layers[end_ - 1].output_tensors == 1;
   if (table_->workspaces_) {
-    c.forward_workspace_bytes = forward_workspace_ * table_->scale_;
+    // Priced from the forward's start with the micro-batch's whole stash: a stage that keeps its
+    // activations adds what its forward needs beyond them; one that recomputes keeps none of
+    // them in the forward, and adds its largest layer's workspace.
+    c.forward_workspace_bytes = (layers == 0 ? std::max(0.0, forward_beyond_stash_) : forward_workspace_) * table_->scale_;
     c.backward_workspace_bytes =
         std::max({0.0, freed_inner_backward_workspace_, last_backward_workspace_}) * table_->scale_;
     if (split_measured_) {

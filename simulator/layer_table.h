@@ -54,6 +54,10 @@ class LayerTable {
     // (freed_inner_backward_workspace_ takes them off); a split one (I, W) keeps the graph.
     double weight_pass_ = 0;
     double forward_workspace_ = 0, inner_backward_workspace_ = 0, last_backward_workspace_ = 0;
+    // A forward that keeps its activations reaches each layer holding only the layers' before
+    // it: each layer's forward workspace less the activations of the layers after it, the
+    // largest of them (the forward's peak above the full stash, which it reaches at its end).
+    double forward_beyond_stash_ = -std::numeric_limits<double>::infinity();
     double freed_inner_backward_workspace_ = -std::numeric_limits<double>::infinity();
     // The split backward where every layer measured it (LayerProfile::split_backward), relative to
     // the stash and all that I leaves for W held from I's start:

@@ -282,6 +282,25 @@ TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
   EXPECT_EQ(first_largest.Stage(0, 3, false).backward_workspace_bytes, 2 * (1100 - 300 - 400));
 }
 
+TEST(Memory, AForwardThatKeepsItsActivationsPeaksAboveTheStashOnlyByWhatTheLayersAfterItDoNotYetHold) {
+  Profile profile = ProfileOfLayers({100, 100, 100});
+  const int64_t activations[] = {1000, 300, 400};
+  const int64_t workspaces[] = {900, 350, 20};
+  for (size_t l = 0; l < 3; ++l) {
+    profile.layers[l].activation_bytes = activations[l];
+    profile.layers[l].forward_workspace_bytes = workspaces[l];
+  }
+  const LayerTable table(profile, 2.0, Optimizer::kAdam);  // micro-batches of 2: bytes double
+  // The forward is priced from its start with the micro-batch's whole stash (1700). Layer 0
+  // peaks 900 above its own 1000 while layers 1 and 2's 700 are not there yet: 200 above the
+  // stash; layer 1, 350 - 400 below it; layer 2, 20 above.
+  EXPECT_EQ(table.Stage(0, 3, false).forward_workspace_bytes, 2 * 200);
+  EXPECT_EQ(table.Stage(1, 3, false).forward_workspace_bytes, 2 * 20);
+  EXPECT_EQ(table.Stage(0, 1, false).forward_workspace_bytes, 2 * 900);
+  // Recomputing, the forward keeps no activations: the largest layer's workspace on top.
+  EXPECT_EQ(table.Stage(0, 3, true).forward_workspace_bytes, 2 * 900);
+}
+
 TEST(Memory, ALayerInsideAStageCostsItsInnerWorkspaceAndOnlyTheLastItsHeldOne) {
   Profile profile = ProfileOfLayers({100, 100});
   // Held: the gradient of the output on top of what the backward allocates (a conv block's
