@@ -137,8 +137,15 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
     // activations adds what its forward needs beyond them; one that recomputes keeps none of
     // them in the forward, and adds its largest layer's workspace.
     c.forward_workspace_bytes = (layers == 0 ? std::max(0.0, forward_beyond_stash_) : forward_workspace_) * table_->scale_;
+    // The stage's output (a stage's root, from which its backward runs) stays through the whole
+    // backward, though the walk let go of it with the last layer's activations, which count it;
+    // the model's last stage runs from the loss instead, whose node lets go of the output.
+    const LayerProfile& last = table_->profile_->layers[end_ - 1];
+    const bool root_is_output = end_ < table_->profile_->num_layers();
+    const double held_output =
+        root_is_output ? static_cast<double>(std::min(last.output_bytes, last.activation_bytes)) : 0.0;
     c.backward_workspace_bytes =
-        std::max({0.0, freed_inner_backward_workspace_, last_backward_workspace_}) * table_->scale_;
+        std::max({0.0, freed_inner_backward_workspace_ + held_output, last_backward_workspace_}) * table_->scale_;
     if (split_measured_) {
       c.backward_input_workspace_bytes = std::max({0.0, inner_input_, last_input_}) * table_->scale_;
       c.backward_weight_workspace_bytes = std::max(0.0, weight_peak_ - cut_) * table_->scale_;

@@ -63,23 +63,33 @@ std::vector<double> PeakErrors(const Plan& plan, const RunRecord& record) {
   return errors;
 }
 
-TEST(PeakMemoryTest, AForwardsWorkspaceComesOnTopOfTheLayersBeforeItOnly) {
+TEST(PeakMemoryTest, ARankThatKeepsItsActivationsPeaksWhereTheModelSays) {
   const ModelSpec model = SmallCnn();
   const Profile profile = Profiled(model);
   // The first convolution's forward peaks well above what it keeps, while none of the later
   // layers' activations are there yet.
   ASSERT_GT(profile.layers[0].forward_workspace_bytes, profile.layers[0].activation_bytes / 4);
   for (ScheduleKind schedule : {ScheduleKind::kGpipe, ScheduleKind::k1F1B}) {
-    SCOPED_TRACE(ScheduleName(schedule));
-    Plan plan = testing::EvenPlan(model.num_layers(), schedule, 1, 1, /*microbatches=*/2, 1, 2 * kMicrobatch,
-                                  /*remat=*/false, Optimizer::kAdam);
-    plan.profile = profile;
-    RunSettings settings;
-    settings.steps = 2;
-    Expected<RunRecord> record = TrainInProcess(plan, model, settings);
-    ASSERT_TRUE(record.ok()) << record.status().message();
-    const double error = PeakErrors(plan, *record).front();
-    EXPECT_LT(std::abs(error), 0.05) << error;
+    // The whole model on one rank; the first conv block and its pooling, whose output (the
+    // stage's root) stays through the stage's backward (priced as freed with the pooling's
+    // activations, the rank was 3.3% under with GPipe).
+    for (int ranks : {1, 2}) {
+      SCOPED_TRACE(std::string(ScheduleName(schedule)) + ", K=" + std::to_string(ranks));
+      const int microbatches = 2 * ranks;
+      Plan plan = testing::EvenPlan(model.num_layers(), schedule, ranks, 1, microbatches, 1,
+                                    kMicrobatch * microbatches, /*remat=*/false, Optimizer::kAdam);
+      plan.profile = profile;
+      if (ranks == 2) plan.stages[0].end_layer = plan.stages[1].first_layer = 2;
+      RunSettings settings;
+      settings.steps = 2;
+      Expected<RunRecord> record = TrainInProcess(plan, model, settings);
+      ASSERT_TRUE(record.ok()) << record.status().message();
+      // The first stage's rank (with K = 2 the last stage of this model, the second conv block
+      // to the classifier, is still 6-9% off in-process, over under GPipe and under under 1F1B;
+      // the small CNN of models/ is within 5% on its last stages over Gloo: bench/RESULTS.md).
+      const double error = PeakErrors(plan, *record).front();
+      EXPECT_LT(std::abs(error), 0.05) << error;
+    }
   }
 }
 

@@ -280,6 +280,10 @@ TEST(Memory, AStagesWorkspaceIsItsLayersLargestWithTheGradientsBetweenThem) {
   profile.layers[1].backward_workspace_bytes = 10;
   const LayerTable first_largest(profile, 2.0, Optimizer::kAdam);
   EXPECT_EQ(first_largest.Stage(0, 3, false).backward_workspace_bytes, 2 * (1100 - 300 - 400));
+  // A stage that is not the model's last runs its backward from its output, which stays through
+  // it, though it is part of its last layer's activations: layer 0's 1100 - 300, plus layer 1's
+  // output, 200. (The model's last stage runs from the loss, whose node lets go of its output.)
+  EXPECT_EQ(first_largest.Stage(0, 2, false).backward_workspace_bytes, 2 * (1100 - 300 + 200));
 }
 
 TEST(Memory, AForwardThatKeepsItsActivationsPeaksAboveTheStashOnlyByWhatTheLayersAfterItDoNotYetHold) {
