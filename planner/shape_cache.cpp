@@ -13,7 +13,10 @@ ShapeData::ShapeData(ScheduleKind kind, int ranks, int chunks, int microbatches)
 
 MemoryFrontier& ShapeData::Frontier(int rank) {
   std::unique_ptr<MemoryFrontier>& frontier = frontiers_[rank];
-  if (!frontier) frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank);
+  if (!frontier) {
+    if (!posting_) posting_ = ReceivesPostedAt(evaluator_->schedule());
+    frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank, &*posting_);
+  }
   return *frontier;
 }
 

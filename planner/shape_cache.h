@@ -10,6 +10,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/schedule/schedule.h"
@@ -30,6 +31,8 @@ class ShapeData {
 
  private:
   std::unique_ptr<StepEvaluator> evaluator_;
+  // Built with the first frontier: one wire program for all ranks.
+  std::optional<ReceivePosting> posting_;
   std::vector<std::unique_ptr<MemoryFrontier>> frontiers_;
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/schedule/wire.h"
+
 namespace gpipe {
 
 SymbolicEffect SymbolicEffectOf(const Action& a, bool remat, bool received_input, bool received_gradient) {
@@ -121,9 +123,74 @@ double StaticBytesOfRank(const Schedule& schedule, int rank, const CostModel& co
   return StaticBytesOfRank(schedule, rank, costs.stages) - costs.SharedStaticBytes(rank);
 }
 
+ReceivePosting ReceivesPostedAt(const Schedule& schedule) {
+  // What BuildWireProgram(schedule, false) posts (its kAheadInSenderOrder), without building
+  // the program: the planner asks this of every schedule shape it prices.
+  const int ranks = schedule.num_ranks();
+  const int64_t microbatches = schedule.num_microbatches;
+  // A message's dense key: (gradient?, sending stage, micro-batch).
+  const auto key = [&](const Message& m) {
+    return (static_cast<int64_t>(m.kind == MessageKind::kGradient) * schedule.num_stages() + m.from_stage) * microbatches +
+           m.microbatch;
+  };
+  ReceivePosting posting(static_cast<size_t>(ranks));
+  // Per receiving rank and sending peer: the messages in the peer's order of sending.
+  std::vector<std::vector<std::vector<int64_t>>> expected(static_cast<size_t>(ranks),
+                                                          std::vector<std::vector<int64_t>>(static_cast<size_t>(ranks)));
+  for (int p = 0; p < ranks; ++p) {
+    for (const Action& a : schedule.ranks[static_cast<size_t>(p)]) {
+      if (!IsSend(a.op)) continue;
+      const Message m = MessageOf(a);
+      const int to = schedule.stage_rank[static_cast<size_t>(m.to_stage())];
+      expected[static_cast<size_t>(to)][static_cast<size_t>(p)].push_back(key(m));
+    }
+  }
+  std::vector<int64_t> receive_of(static_cast<size_t>(2 * schedule.num_stages() * microbatches), -1);
+  std::vector<char> posted(receive_of.size(), 0);
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<Action>& actions = schedule.ranks[static_cast<size_t>(r)];
+    std::vector<std::pair<size_t, size_t>>& at = posting[static_cast<size_t>(r)];
+    std::vector<int64_t> keys;
+    for (size_t j = 0; j < actions.size(); ++j) {
+      if (!IsRecv(actions[j].op)) continue;
+      keys.push_back(key(MessageOf(actions[j])));
+      receive_of[static_cast<size_t>(keys.back())] = static_cast<int64_t>(j);
+    }
+    std::vector<size_t> cursor(static_cast<size_t>(ranks), 0);
+    // Posts the messages from the sender of RECV action j, in its order, up to j's.
+    const auto post_up_to = [&](size_t j, size_t i) {
+      const Message m = MessageOf(actions[j]);
+      const size_t peer = static_cast<size_t>(schedule.stage_rank[static_cast<size_t>(m.from_stage)]);
+      const std::vector<int64_t>& from_peer = expected[static_cast<size_t>(r)][peer];
+      const int64_t wanted = key(m);
+      while (!posted[static_cast<size_t>(wanted)] && cursor[peer] < from_peer.size()) {
+        const int64_t k = from_peer[cursor[peer]++];
+        posted[static_cast<size_t>(k)] = 1;
+        if (receive_of[static_cast<size_t>(k)] >= 0) at.push_back({i, static_cast<size_t>(receive_of[static_cast<size_t>(k)])});
+      }
+    };
+    for (size_t i = 0; i < actions.size(); ++i) {
+      if (IsCompute(actions[i].op)) {
+        // What the next compute action receives is posted as this one starts.
+        for (size_t j = i + 1; j < actions.size() && !IsCompute(actions[j].op); ++j) {
+          if (IsRecv(actions[j].op)) post_up_to(j, i);
+        }
+      } else if (IsRecv(actions[i].op)) {
+        post_up_to(i, i);
+      }
+    }
+    for (int64_t k : keys) {
+      receive_of[static_cast<size_t>(k)] = -1;
+      posted[static_cast<size_t>(k)] = 0;
+    }
+  }
+  return posting;
+}
+
 namespace {
 
-MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageCost>& stages, double static_bytes) {
+MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageCost>& stages, double static_bytes,
+                    const ReceivePosting* posting) {
   MemoryPeak peak;
   peak.static_bytes = static_bytes;
   peak.peak_bytes = peak.static_bytes;
@@ -143,9 +210,19 @@ MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageC
       peak.buffer_bytes = buffers;
     }
   };
-  for (const Action& a : schedule.ranks[rank]) {
+  const std::vector<Action>& actions = schedule.ranks[rank];
+  const ReceivePosting built = posting == nullptr ? ReceivesPostedAt(schedule) : ReceivePosting();
+  const std::vector<std::pair<size_t, size_t>>& posted = (posting == nullptr ? built : *posting)[static_cast<size_t>(rank)];
+  size_t next_posted = 0;
+  for (size_t i = 0; i < actions.size(); ++i) {
+    // A receive's buffer comes with its posting (its RECV's start change), not at the RECV.
+    for (; next_posted < posted.size() && posted[next_posted].first == i; ++next_posted) {
+      const Action& recv = actions[posted[next_posted].second];
+      apply(EffectOf(schedule, recv, stages[recv.stage]).at_start);
+    }
+    const Action& a = actions[i];
     const MemoryEffect effect = EffectOf(schedule, a, stages[a.stage]);
-    apply(effect.at_start);
+    if (!IsRecv(a.op)) apply(effect.at_start);
     apply(effect.at_end);
   }
   return peak;
@@ -153,12 +230,13 @@ MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageC
 
 }  // namespace
 
-MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages) {
-  return PeakOver(schedule, rank, stages, StaticBytesOfRank(schedule, rank, stages));
+MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages,
+                          const ReceivePosting* posting) {
+  return PeakOver(schedule, rank, stages, StaticBytesOfRank(schedule, rank, stages), posting);
 }
 
-MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const CostModel& costs) {
-  return PeakOver(schedule, rank, costs.stages, StaticBytesOfRank(schedule, rank, costs));
+MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const CostModel& costs, const ReceivePosting* posting) {
+  return PeakOver(schedule, rank, costs.stages, StaticBytesOfRank(schedule, rank, costs), posting);
 }
 
 }  // namespace gpipe
@@ -173,19 +251,21 @@ constexpr int kWalksBeforeBuild = 8;
 constexpr int kCounts = 12;
 constexpr int kCountsWithoutWorkspaces = 8;
 
-MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank) {
+MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const ReceivePosting* posting) {
+  const ReceivePosting built = posting == nullptr ? ReceivesPostedAt(schedule) : ReceivePosting();
+  const std::vector<std::pair<size_t, size_t>>& posted = (posting == nullptr ? built : *posting)[static_cast<size_t>(rank)];
   std::vector<int> slot(schedule.num_stages(), -1);
   for (int s = 0; s < schedule.num_stages(); ++s) {
     if (schedule.stage_rank[s] != rank) continue;
     slot[s] = static_cast<int>(stages_.size());
     stages_.push_back(s);
   }
-  Record(schedule, rank, slot, /*workspaces=*/true, with_workspaces_);
-  Record(schedule, rank, slot, /*workspaces=*/false, without_workspaces_);
+  Record(schedule, rank, slot, posted, /*workspaces=*/true, with_workspaces_);
+  Record(schedule, rank, slot, posted, /*workspaces=*/false, without_workspaces_);
 }
 
-void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vector<int>& slot, bool workspaces,
-                            Walk& walk) {
+void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vector<int>& slot,
+                            const std::vector<std::pair<size_t, size_t>>& posted, bool workspaces, Walk& walk) {
   walk.stride = workspaces ? kCounts : kCountsWithoutWorkspaces;
   walk.width = static_cast<size_t>(walk.stride) * stages_.size();
   std::vector<Change>& changes = walk.changes;
@@ -209,18 +289,32 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
     record(start, walk.stride * slot[0]);
     changes.back().candidate = true;
   }
-  for (const Action& a : schedule.ranks[rank]) {
+  const std::vector<Action>& actions = schedule.ranks[rank];
+  const auto effect_of = [&](const Action& a) {
+    return SymbolicEffectOf(a, /*remat=*/true, ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
+  };
+  size_t next_posted = 0;
+  for (size_t k = 0; k < actions.size(); ++k) {
+    const Action& a = actions[k];
     const int i = slot[a.stage];
-    const SymbolicEffect e = SymbolicEffectOf(a, /*remat=*/true, ReceivesInput(schedule, a.stage), ReceivesGradient(schedule, a.stage));
-    record(e.at_start, walk.stride * i);
+    // A receive's buffer comes with its posting (its RECV's start change), not at the RECV.
+    const size_t first_posted = next_posted;
+    for (; next_posted < posted.size() && posted[next_posted].first == k; ++next_posted) {
+      const Action& recv = actions[posted[next_posted].second];
+      record(effect_of(recv).at_start, walk.stride * slot[recv.stage]);
+    }
+    const SymbolicEffect e = effect_of(a);
+    if (!IsRecv(a.op)) record(e.at_start, walk.stride * i);
     // Frees at an action's end never make a new peak: only the counts after a start that grew.
     // (Without remat a stage's recompute counts add nothing: the candidates are then more than
     // needed, never fewer, and a falling count is only ever priced lower.)
     const MemoryCounts& n = e.at_start;
-    const bool grew = n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 ||
-                      n.sent_outputs > 0 || n.sent_inputs > 0 || n.weight_pending > 0 ||
-                      (workspaces && (n.forward_workspaces > 0 || n.backward_workspaces > 0 || n.input_workspaces > 0 ||
-                                       n.weight_workspaces > 0));
+    const bool grew = next_posted > first_posted ||
+                      (!IsRecv(a.op) &&
+                       (n.stash > 0 || n.recompute > 0 || n.gradient_buffers > 0 || n.input_buffers > 0 ||
+                        n.sent_outputs > 0 || n.sent_inputs > 0 || n.weight_pending > 0 ||
+                        (workspaces && (n.forward_workspaces > 0 || n.backward_workspaces > 0 ||
+                                        n.input_workspaces > 0 || n.weight_workspaces > 0))));
     if (grew && !changes.empty()) changes.back().candidate = true;
     record(e.at_end, walk.stride * i);
   }

@@ -4,10 +4,11 @@
 // without simulating.
 //   step start:     + the first stage's input for each of its micro-batches (the executor copies
 //                     them all when the step begins, as a pipeline scatters its batch)
-//   RECV_F   start: + the stage's input (the receive buffer, posted when the rank reaches it)
+//   RECV_F   posted: + the stage's input (the receive buffer, allocated where the executor posts
+//                     the receive: ahead of the RECV, as ReceivesPostedAt says)
 //   F        start: + the stash (activations, or only the input under remat), and the received
 //                     input, or the first stage's, becomes part of it (- input)
-//   RECV_B   start: + the stage's output bytes (the incoming gradient's buffer)
+//   RECV_B   posted: + the stage's output bytes (the incoming gradient's buffer, likewise)
 //   F        start: + the forward workspace,   end: - it (what the forward allocates and frees)
 //   B / I / W start: + its workspace (B's, I's, W's), end: - it (gradients and temporaries)
 //   B / I    start: + one micro-batch of recomputed activations under remat
@@ -25,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/schedule/schedule.h"
@@ -104,11 +106,24 @@ struct MemoryPeak {
   int max_in_flight = 0;
 };
 
+/// Where the executor allocates each receive's buffer: it posts a receive ahead of its RECV
+/// action (the wire program of a step after the first, core/schedule/wire.h, which posts them
+/// earliest: while the compute action before runs, and in the sender's order), and the buffer
+/// exists from its posting. posting[r] lists, in rank r's action order, pairs (i, j): its RECV
+/// action j's buffer is allocated as its action i starts (i <= j; i == j when the receive is
+/// posted only as its RECV is reached). Built once per schedule.
+/// REQUIRES: ValidateSchedule(schedule, kWithCommunication) is ok.
+using ReceivePosting = std::vector<std::vector<std::pair<size_t, size_t>>>;
+ReceivePosting ReceivesPostedAt(const Schedule& schedule);
+
 /// The peak over rank `rank`'s actions: apply each action's start change, then its end change.
-MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages);
+/// `posting`: ReceivesPostedAt(schedule), or null to build it here.
+MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages,
+                          const ReceivePosting* posting = nullptr);
 /// The same for a cost model's stages, the rank's model state held once where its stages share a
 /// tied parameter (CostModel::shared_static_bytes). What the simulator reports.
-MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const CostModel& costs);
+MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const CostModel& costs,
+                          const ReceivePosting* posting = nullptr);
 
 /// A rank's peak as a function of its stages' bytes and remat: the walk of RankMemoryPeak done
 /// once with counts instead of bytes, every stage counted as if it rematerialized (a stage that
@@ -121,7 +136,8 @@ MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const CostModel& c
 /// Not thread-safe: pricing may build the set.
 class MemoryFrontier {
  public:
-  MemoryFrontier(const Schedule& schedule, int rank);
+  /// `posting`: ReceivesPostedAt(schedule), or null to build it here.
+  MemoryFrontier(const Schedule& schedule, int rank, const ReceivePosting* posting = nullptr);
 
   /// The stages on the rank, in stage order.
   const std::vector<int>& stages() const { return stages_; }
@@ -155,7 +171,8 @@ class MemoryFrontier {
     mutable bool built = false;
     mutable std::vector<int> vectors;  // vectors of `width` counts, once built
   };
-  void Record(const Schedule& schedule, int rank, const std::vector<int>& slot, bool workspaces, Walk& walk);
+  void Record(const Schedule& schedule, int rank, const std::vector<int>& slot,
+              const std::vector<std::pair<size_t, size_t>>& posted, bool workspaces, Walk& walk);
   void BuildVectors(const Walk& walk) const;
 
   std::vector<int> stages_;

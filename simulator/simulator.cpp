@@ -24,6 +24,7 @@ struct Event {
 
 struct RankState {
   size_t next = 0;
+  size_t next_posted = 0;  // into the rank's ReceivePosting
   bool computing = false;
   double compute_start = 0;
   int64_t waiting_for = -1;
@@ -41,7 +42,8 @@ class Simulation {
       : schedule_(schedule), costs_(costs), options_(options),
         ranks_(schedule.num_ranks()), deltas_(schedule.num_ranks()),
         arrived_(2 * static_cast<size_t>(schedule.num_stages()) * schedule.num_microbatches, -1.0),
-        link_free_(schedule.num_ranks(), std::vector<double>(schedule.num_ranks(), 0.0)) {
+        link_free_(schedule.num_ranks(), std::vector<double>(schedule.num_ranks(), 0.0)),
+        posted_(ReceivesPostedAt(schedule)) {
     result_.ranks.resize(schedule.num_ranks());
     result_.num_actions = schedule.num_actions();
     for (int r = 0; r < schedule.num_ranks(); ++r) {
@@ -105,6 +107,12 @@ class Simulation {
     while (state.next < actions.size()) {
       const Action& a = actions[state.next];
       const StageCost& c = costs_.stages[a.stage];
+      // The receive buffers the executor allocates as this action starts (their RECVs' start).
+      const auto& posted = posted_[r];
+      for (size_t& k = state.next_posted; k < posted.size() && posted[k].first == state.next; ++k) {
+        const Action& recv = actions[posted[k].second];
+        Change(r, now, EffectOf(schedule_, recv, costs_.stages[recv.stage]).at_start);
+      }
       switch (a.op) {
         case Op::kForward:
         case Op::kBackward:
@@ -145,7 +153,6 @@ class Simulation {
         case Op::kRecvActivation:
         case Op::kRecvGradient: {
           const int64_t key = Key(a.op == Op::kRecvGradient, a.stage, a.microbatch);
-          Change(r, now, EffectOf(schedule_, a, c).at_start);
           if (arrived_[key] < 0) {
             state.waiting_for = key;
             state.wait_start = now;
@@ -232,7 +239,7 @@ class Simulation {
     }
     for (int r = 0; r < schedule_.num_ranks(); ++r) {
       RankResult& rank = result_.ranks[r];
-      const MemoryPeak peak = RankMemoryPeak(schedule_, r, costs_);
+      const MemoryPeak peak = RankMemoryPeak(schedule_, r, costs_, &posted_);
       rank.peak_memory_bytes = peak.peak_bytes;
       rank.peak_activation_bytes = peak.activation_bytes;
       rank.peak_buffer_bytes = peak.buffer_bytes;
@@ -257,6 +264,8 @@ class Simulation {
   std::vector<std::vector<MemoryDelta>> deltas_;
   std::vector<double> arrived_;
   std::vector<std::vector<double>> link_free_;
+  // Per rank and action: the receives whose buffers are allocated as it starts.
+  ReceivePosting posted_;
   double last_arrival_ms_ = 0;
   // Core sharing (CostModel::active_rate): the ranks computing, their rate, since when.
   std::vector<int> sharing_;

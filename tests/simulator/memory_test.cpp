@@ -8,6 +8,7 @@
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
 #include "core/schedule/placement.h"
+#include "core/schedule/wire.h"
 #include "simulator/layer_table.h"
 #include "simulator/memory_model.h"
 #include "simulator/simulator.h"
@@ -125,16 +126,17 @@ TEST(Memory, EveryAllocationIsFreedByTheEnd) {
 }
 
 TEST(Memory, BuffersHoldWhatTheRankWaitsForAndTheGradientDuringBackward) {
-  // Rank 1 is slow, so rank 0 waits at 0RECV_B0 with its gradient buffer posted; the buffer
-  // lives until 0B0 ends. Rank 1 posts its activation buffer at 1RECV_F0 and the input joins
-  // the stash at 1F0, held by the graph until 1B0 ends.
+  // Rank 0 posts the receive of its first gradient while its last forward runs, as the executor
+  // does (ReceivesPostedAt), and the next one as its first backward starts: both buffers live
+  // during that backward, each until its own backward ends. Rank 1's received inputs join the
+  // stash at their forwards, held by the graph until their backwards end.
   CostModel costs = Costs(2, false);
   costs.stages[1].backward_ms = 10.0;
   costs.stages[0].output_bytes = 7;
   costs.stages[1].input_bytes = 7;
   const SimResult r = RunSchedule(ScheduleKind::kGpipe, 2, 2, costs);
-  EXPECT_EQ(r.ranks[0].peak_buffer_bytes, 7);  // the gradient buffer, during 0B0
-  EXPECT_EQ(r.ranks[0].peak_memory_bytes, kStatic + 2 * Stash(0) + 7);
+  EXPECT_EQ(r.ranks[0].peak_buffer_bytes, 2 * 7);  // two gradient buffers, during the first B
+  EXPECT_EQ(r.ranks[0].peak_memory_bytes, kStatic + 2 * Stash(0) + 2 * 7);
   EXPECT_EQ(r.ranks[1].peak_buffer_bytes, 0);  // its received inputs are part of the stash
   EXPECT_EQ(r.ranks[1].peak_memory_bytes, kStatic + 2 * (kActivation + 7));
 }
@@ -162,6 +164,47 @@ TEST(Memory, PeakDependsOnTheActionListOnly) {
       double drawn = 0;
       for (const MemorySample& sample : r->ranks[rank].memory) drawn = std::max(drawn, sample.bytes);
       EXPECT_EQ(drawn, walk.peak_bytes) << ScheduleName(kind) << " rank " << rank;
+    }
+  }
+}
+
+TEST(Memory, AReceivesBufferIsAllocatedWhereTheExecutorsWireProgramPostsIt) {
+  // ReceivesPostedAt finds the posting without building the wire program; it must agree with
+  // the program the executor runs on every step after the first, for every schedule.
+  for (ScheduleKind kind : AllScheduleKinds()) {
+    for (int ranks : {2, 3, 4}) {
+      for (int microbatches : {1, 2, 3, 5, 8}) {
+        const int stages = StageCount(kind, ranks, 2);
+        Expected<Schedule> compute = GenerateSchedule(kind, ranks, stages, microbatches);
+        if (!compute.ok()) continue;  // a shape the kind does not make (M below what it needs)
+        const Schedule schedule = AddCommunication(*compute);
+        const WireProgram program = BuildWireProgram(schedule, /*first_step=*/false);
+        const ReceivePosting posting = ReceivesPostedAt(schedule);
+        for (int r = 0; r < ranks; ++r) {
+          const std::vector<Action>& actions = schedule.ranks[static_cast<size_t>(r)];
+          std::vector<std::pair<size_t, size_t>> expected;
+          size_t ahead = 0;
+          for (size_t i = 0; i < actions.size(); ++i) {
+            for (const WireStep& step : program.ranks[static_cast<size_t>(r)][i]) {
+              if (step.op != WireOp::kPostRecv) continue;
+              for (size_t j = 0; j < actions.size(); ++j) {
+                if (IsRecv(actions[j].op) && MessageOf(actions[j]) == step.message) expected.push_back({i, j});
+              }
+              ahead += expected.back().first < expected.back().second ? 1 : 0;
+            }
+          }
+          EXPECT_EQ(posting[static_cast<size_t>(r)], expected)
+              << ScheduleName(kind) << " K=" << ranks << " M=" << microbatches << " rank " << r;
+          // Every receive is posted once, at or before its RECV; with two or more micro-batches
+          // some are posted ahead.
+          size_t receives = 0;
+          for (const Action& a : actions) receives += IsRecv(a.op) ? 1 : 0;
+          EXPECT_EQ(expected.size(), receives);
+          if (microbatches >= 2 && receives > 0) {
+            EXPECT_GT(ahead, 0u) << ScheduleName(kind) << " rank " << r;
+          }
+        }
+      }
     }
   }
 }
@@ -215,18 +258,19 @@ TEST(Memory, TheFirstStageHoldsEveryMicrobatchsInputFromTheStepsStart) {
 
 TEST(Memory, AHeldSendOfTheStashsOwnOutputCostsNothingUntilTheStashLetsGo) {
   // GPipe, K=2, M=3, sends held until the step ends (Gloo). Rank 0's peak is at its first
-  // backward's start: three stashes, the received gradient's buffer, and the three sent outputs,
-  // unless they are the stashes' own tensors.
+  // backward's start: three stashes, the received gradient's buffer and the next one's (posted
+  // as that backward starts), and the three sent outputs, unless they are the stashes' own
+  // tensors.
   constexpr double kOutput = 64;
   CostModel costs = Costs(2, false);
   costs.stages[0].output_bytes = kOutput;
   costs.stages[1].input_bytes = kOutput;
   for (StageCost& stage : costs.stages) stage.sends_held = true;
   const SimResult copies = RunSchedule(ScheduleKind::kGpipe, 2, 3, costs);
-  EXPECT_EQ(copies.ranks[0].peak_memory_bytes, kStatic + 3 * Stash(0) + kOutput + 3 * kOutput);
+  EXPECT_EQ(copies.ranks[0].peak_memory_bytes, kStatic + 3 * Stash(0) + 2 * kOutput + 3 * kOutput);
   costs.stages[0].sent_output_in_stash = true;
   const SimResult shared = RunSchedule(ScheduleKind::kGpipe, 2, 3, costs);
-  EXPECT_EQ(shared.ranks[0].peak_memory_bytes, kStatic + 3 * Stash(0) + kOutput);
+  EXPECT_EQ(shared.ranks[0].peak_memory_bytes, kStatic + 3 * Stash(0) + 2 * kOutput);
   // Each backward hands its output over to the send: after the last, the three sent outputs are
   // all that is left beyond the model state, as with copies.
   const auto end_bytes = [](const SimResult& r) { return r.ranks[0].memory.back().bytes; };
