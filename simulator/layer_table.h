@@ -54,7 +54,7 @@ class LayerTable {
     // (freed_inner_backward_workspace_ takes them off); a split one (I, W) keeps the graph.
     double weight_pass_ = 0;
     double forward_workspace_ = 0, inner_backward_workspace_ = 0, last_backward_workspace_ = 0;
-    // A forward that keeps its activations reaches each layer holding only the layers' before
+    // A forward that keeps its activations reaches each layer holding only the layers before
     // it: each layer's forward workspace less the activations of the layers after it, the
     // largest of them (the forward's peak above the full stash, which it reaches at its end).
     double forward_beyond_stash_ = -std::numeric_limits<double>::infinity();
