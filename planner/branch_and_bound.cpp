@@ -25,9 +25,8 @@ void BranchAndBound::Leaf() {
   if (step < best_) {
     // Every stage was admitted by its memory frontier; confirm with the simulator's own walk
     // (the two may differ in the last bits).
-    if (!posting_) posting_ = ReceivesPostedAt(evaluator_->schedule());
     for (int r = 0; r < p_.ranks; ++r) {
-      if (RankMemoryPeak(evaluator_->schedule(), r, *costs, &*posting_).peak_bytes > Limit()) return;
+      if (RankMemoryPeak(evaluator_->schedule(), r, *costs, &shape_->Posting()).peak_bytes > Limit()) return;
     }
     best_ = step;
     result_.step_time_ms = step;

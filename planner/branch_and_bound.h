@@ -5,12 +5,10 @@
 // PartitionResult, with any error a leaf met.
 #pragma once
 
-#include <optional>
 #include <vector>
 
 #include "core/status.h"
 #include "planner/partition_context.h"
-#include "simulator/memory_model.h"
 
 namespace gpipe::partition_internal {
 
@@ -47,9 +45,6 @@ class BranchAndBound : public PartitionContext {
   PartitionResult result_;
 
  private:
-  // Where the schedule's receives are posted (for the memory walk), built at the first leaf
-  // that beats the incumbent.
-  std::optional<ReceivePosting> posting_;
   bool stopped_ = false;  // the deadline passed
   Status leaf_error_ = Status::Ok();
 };

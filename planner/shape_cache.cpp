@@ -13,11 +13,13 @@ ShapeData::ShapeData(ScheduleKind kind, int ranks, int chunks, int microbatches)
 
 MemoryFrontier& ShapeData::Frontier(int rank) {
   std::unique_ptr<MemoryFrontier>& frontier = frontiers_[rank];
-  if (!frontier) {
-    if (!posting_) posting_ = ReceivesPostedAt(evaluator_->schedule());
-    frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank, &*posting_);
-  }
+  if (!frontier) frontier = std::make_unique<MemoryFrontier>(evaluator_->schedule(), rank, &Posting());
   return *frontier;
+}
+
+const ReceivePosting& ShapeData::Posting() {
+  if (!posting_) posting_ = ReceivesPostedAt(evaluator_->schedule());
+  return *posting_;
 }
 
 ShapeData& ShapeCache::For(ScheduleKind kind, int ranks, int chunks, int microbatches) {

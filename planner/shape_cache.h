@@ -28,10 +28,11 @@ class ShapeData {
   const StepEvaluator& evaluator() const { return *evaluator_; }
   /// Rank `rank`'s frontier, built on the first call.
   MemoryFrontier& Frontier(int rank);
+  /// Where the schedule's receives are posted (ReceivesPostedAt), built on the first call.
+  const ReceivePosting& Posting();
 
  private:
   std::unique_ptr<StepEvaluator> evaluator_;
-  // Built with the first frontier: one wire program for all ranks.
   std::optional<ReceivePosting> posting_;
   std::vector<std::unique_ptr<MemoryFrontier>> frontiers_;
 };

@@ -189,6 +189,16 @@ ReceivePosting ReceivesPostedAt(const Schedule& schedule) {
 
 namespace {
 
+// Rank `rank`'s entry of `posting`, or of `built`, filled here when `posting` is null.
+const std::vector<std::pair<size_t, size_t>>& RankPosting(const Schedule& schedule, int rank,
+                                                           const ReceivePosting* posting, ReceivePosting& built) {
+  if (posting == nullptr) {
+    built = ReceivesPostedAt(schedule);
+    posting = &built;
+  }
+  return (*posting)[static_cast<size_t>(rank)];
+}
+
 MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageCost>& stages, double static_bytes,
                     const ReceivePosting* posting) {
   MemoryPeak peak;
@@ -211,8 +221,8 @@ MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageC
     }
   };
   const std::vector<Action>& actions = schedule.ranks[rank];
-  const ReceivePosting built = posting == nullptr ? ReceivesPostedAt(schedule) : ReceivePosting();
-  const std::vector<std::pair<size_t, size_t>>& posted = (posting == nullptr ? built : *posting)[static_cast<size_t>(rank)];
+  ReceivePosting built;
+  const std::vector<std::pair<size_t, size_t>>& posted = RankPosting(schedule, rank, posting, built);
   size_t next_posted = 0;
   for (size_t i = 0; i < actions.size(); ++i) {
     // A receive's buffer comes with its posting (its RECV's start change), not at the RECV.
@@ -252,8 +262,8 @@ constexpr int kCounts = 12;
 constexpr int kCountsWithoutWorkspaces = 8;
 
 MemoryFrontier::MemoryFrontier(const Schedule& schedule, int rank, const ReceivePosting* posting) {
-  const ReceivePosting built = posting == nullptr ? ReceivesPostedAt(schedule) : ReceivePosting();
-  const std::vector<std::pair<size_t, size_t>>& posted = (posting == nullptr ? built : *posting)[static_cast<size_t>(rank)];
+  ReceivePosting built;
+  const std::vector<std::pair<size_t, size_t>>& posted = RankPosting(schedule, rank, posting, built);
   std::vector<int> slot(schedule.num_stages(), -1);
   for (int s = 0; s < schedule.num_stages(); ++s) {
     if (schedule.stage_rank[s] != rank) continue;
