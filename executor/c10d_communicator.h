@@ -1,11 +1,12 @@
 // The real wire: torch's c10d. Ranks meet at a TCPStore that rank 0 serves on
 // master_addr:master_port; Gloo carries CPU tensors, NCCL GPU tensors (when built with CUDA).
 // Sub-groups for data-parallel sums are made on first use, by every member at the same point.
-// On NCCL, point-to-point messages travel in two process groups, one for messages to higher
-// ranks and one for messages to lower ranks: NCCL runs a pair's sends and receives of one group
+// Point-to-point messages travel in two process groups, one for messages to higher ranks and one
+// for messages to lower ranks. NCCL needs this: it runs a pair's sends and receives of one group
 // in issue order, both directions in one queue, so with one group a receive posted ahead of a
 // send could wait for the peer's receive posted ahead of its own send (core/schedule/wire.h
-// proves the two-group design). A wait on NCCL makes the current stream wait and returns (no
+// proves the two-group design). On Gloo it is faster: each direction gets its own connection and
+// lock (c10d_communicator.cpp). A wait on NCCL makes the current stream wait and returns (no
 // host polling); Gloo's waits block the host with the run's timeout.
 #pragma once
 
