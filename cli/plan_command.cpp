@@ -41,6 +41,10 @@ class PlanCommand : public Command {
                    "demands it), stages (a stage recomputes all its layers or none), on (every stage, all), off");
     app.add_option("--placement", placement_, "Pin the placement: pipeline-major or replica-major");
     app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
+    app.add_flag("--oversubscribe", oversubscribe_,
+                 "Also search layouts with more ranks on a node than it computes at once (a CPU profile's cores "
+                 "over threads per rank); left out by default unless K and D are both pinned, as their "
+                 "predictions are too kind (docs/planner.md)");
     app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration");
     app.add_option("--time-limit", time_limit_s_,
                    "Stop after this many seconds with the best plan and its gap so far (default: no limit)");
@@ -168,6 +172,7 @@ class PlanCommand : public Command {
     }
     if (max_nodes_ < 1) return Status::Usage("--max-nodes: must be at least 1");
     request.max_nodes = max_nodes_;
+    request.oversubscribe = oversubscribe_;
     if (time_limit_s_) {
       if (!(*time_limit_s_ > 0) || !std::isfinite(*time_limit_s_)) {
         return Status::Usage("--time-limit: must be a number of seconds above 0, got " + std::to_string(*time_limit_s_));
@@ -207,6 +212,7 @@ class PlanCommand : public Command {
   std::optional<std::string> memory_, schedule_, placement_, optimizer_;
   bool json_ = false;
   bool quiet_ = false;
+  bool oversubscribe_ = false;
 };
 
 }  // namespace

@@ -60,6 +60,12 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
           : result.proven_optimal     ? "the best plan is proven optimal"
                                       : "optimality is not proven") +
          "\n";
+  if (result.oversubscribed > 0) {
+    out += "left out " + std::to_string(result.oversubscribed) + " configurations that put more than " +
+           std::to_string(result.concurrent_ranks) + " ranks on a node: it computes " +
+           std::to_string(result.concurrent_ranks) + " at once (as profiled), and past that the prediction prices the "
+           "shared cores too kindly (docs/planner.md); --oversubscribe searches them\n";
+  }
   if (result.best) out += FormatGapLine(result);
   if (!result.proven_optimal && !result.unproven.empty()) {
     out += std::to_string(result.unproven.size()) + " configuration searches stopped at their node budget (--max-nodes; "

@@ -83,8 +83,15 @@ double Gap(double best_ms, double lower_bound_ms) {
   return lower_bound_ms > 0 ? best_ms / lower_bound_ms - 1.0 : kInfinity;
 }
 
-std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::map<int64_t, Profile>* sized_profiles) {
+int OversubscriptionCap(const SearchRequest& request) {
+  if (request.oversubscribe || (request.ranks && request.replicas) || !request.profile.step_costs) return 0;
+  return request.profile.step_costs->concurrent_ranks;
+}
+
+std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::map<int64_t, Profile>* sized_profiles,
+                                             size_t* oversubscribed) {
   std::vector<PartitionProblem> problems;
+  const int cap = OversubscriptionCap(request);
   const bool several_sizes = MeasuredMicrobatchSizes(request.profile).size() > 1 && sized_profiles != nullptr;
   const int devices = request.cluster.devices;
   const int layers = request.profile.num_layers();
@@ -102,6 +109,7 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
     if (request.global_batch % replicas != 0) continue;
     for (int ranks = 1; ranks * replicas <= devices && ranks <= layers; ++ranks) {
       if (request.ranks && ranks != *request.ranks) continue;
+      const bool too_many = cap > 0 && RanksPerNode(request.cluster, ranks * replicas) > cap;
       for (int microbatches : Divisors(request.global_batch / replicas)) {
         if (request.microbatches && microbatches != *request.microbatches) continue;
         for (ScheduleKind kind : kinds) {
@@ -132,6 +140,10 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
               placements.push_back(Placement::kReplicaMajor);
             }
             for (Placement placement : placements) {
+              if (too_many) {
+                if (oversubscribed != nullptr) ++*oversubscribed;
+                continue;
+              }
               PartitionProblem p;
               p.profile = &request.profile;
               if (several_sizes) {
@@ -204,8 +216,14 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
                          " needs backward_weight_ms for every layer of the profile");
   }
   std::map<int64_t, Profile> sized_profiles;  // outlives `problems`, which point into it
-  std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles);
+  size_t oversubscribed = 0;
+  std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles, &oversubscribed);
   if (problems.empty()) {
+    if (oversubscribed > 0) {
+      return Status::Usage("every configuration of the pinned dimensions puts more ranks on a node than it computes at "
+                           "once (" + std::to_string(OversubscriptionCap(request)) + ", as profiled); pin both K and D, "
+                           "or search them with --oversubscribe");
+    }
     return Status::Usage("no configuration satisfies the pinned dimensions (the interleaved schedules need K >= 2 and "
                          "M in max(1, M/K) equal rounds, dualpipe-v M >= 2K; every stage needs a layer, so S <= layers; "
                          "M must divide the batch per replica)");
@@ -249,6 +267,8 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
 
   SearchResult out;
   out.configurations = problems.size();
+  out.oversubscribed = oversubscribed;
+  out.concurrent_ranks = oversubscribed > 0 ? OversubscriptionCap(request) : 0;
   double best = kInfinity;
   // The older schedules' configurations are pruned against the best plan among them, so that
   // when a newer schedule wins, the report can say by how much (their search costs what it did

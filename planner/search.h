@@ -35,6 +35,12 @@ struct SearchRequest {
   std::optional<Placement> placement;
   RematPolicy remat = RematPolicy::kAuto;
   Optimizer optimizer = Optimizer::kAdam;
+  /// Search layouts that put more ranks on a node than it computes at full speed at once (the
+  /// profile's step_costs.concurrent_ranks: a CPU node's cores over each rank's threads). Off,
+  /// they are left out unless K and D are both pinned: the prediction prices those ranks' shared
+  /// cores evenly, and on the 2-core machine such plans ran 14-33% slower than predicted at the
+  /// median (bench/RESULTS.md), so the planner would pick them for a speed they do not reach.
+  bool oversubscribe = false;
   /// Per configuration, the partition search's node budget.
   int64_t max_nodes = 200'000;
   /// Wall-clock limit of the whole search in seconds: it stops with the best plan and the gap so
@@ -70,6 +76,10 @@ struct SearchResult {
   size_t configurations = 0;
   size_t searched = 0;
   size_t skipped_by_bound = 0;
+  /// Configurations left out for putting more ranks on a node than it computes at once
+  /// (SearchRequest::oversubscribe), and that count of ranks (0: none left out).
+  size_t oversubscribed = 0;
+  int concurrent_ranks = 0;
   int64_t nodes = 0;
   /// Whether every searched configuration finished within its node budget.
   bool proven_optimal = true;
@@ -112,7 +122,13 @@ Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal);
 /// The configurations SearchPlans would consider (for --help texts and tests). A profile measured at
 /// several micro-batch sizes is evaluated at each configuration's own size (profile_sizes.h): those
 /// profiles go into `sized_profiles`, which must outlive the problems (they point into it).
+/// `oversubscribed`, when given, counts the configurations left out for SearchRequest::oversubscribe.
 std::vector<PartitionProblem> Configurations(const SearchRequest& request,
-                                             std::map<int64_t, Profile>* sized_profiles = nullptr);
+                                             std::map<int64_t, Profile>* sized_profiles = nullptr,
+                                             size_t* oversubscribed = nullptr);
+
+/// How many ranks a node of the request's profile computes at full speed at once, when the
+/// search leaves out layouts past it (SearchRequest::oversubscribe); 0 when it leaves none out.
+int OversubscriptionCap(const SearchRequest& request);
 
 }  // namespace gpipe

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -205,6 +206,51 @@ TEST(Search, RefusesRequestsThatCannotWork) {
   request.replicas.reset();
   request.microbatches = 3;
   EXPECT_NE(message(SearchPlans(request)).find("does not split into D x M = 1 x 3 micro-batches"), std::string::npos);
+}
+
+// A CPU profile says how many ranks its node computes at once; past that the prediction prices
+// the shared cores too kindly, so the search leaves such layouts out unless asked or pinned.
+TEST(Search, LeavesOutLayoutsWithMoreRanksOnANodeThanItComputesAtOnce) {
+  std::mt19937 rng(7);
+  SearchRequest request = SmallRequest(rng, 5);
+  request.cluster.devices_per_node.reset();  // one node of four devices
+  request.cluster.device_memory_bytes = int64_t{1} << 40;
+  StepCosts costs;
+  costs.compute_scale = {{1.0, 0.0}, {1.0, 0.0}, {1.0, 0.0}, {1.0, 0.0}};
+  costs.concurrent_ranks = 2;
+  request.profile.step_costs = costs;
+
+  request.oversubscribe = true;
+  Expected<SearchResult> all = SearchPlans(request);
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(all->oversubscribed, 0u);
+  int most = 0;
+  for (const PartitionProblem& p : Configurations(request)) most = std::max(most, p.ranks * p.replicas);
+  EXPECT_EQ(most, 4);
+
+  request.oversubscribe = false;
+  Expected<SearchResult> capped = SearchPlans(request);
+  ASSERT_TRUE(capped.ok()) << capped.status().message();
+  EXPECT_LE(capped->best->plan.num_ranks() * capped->best->plan.replicas, 2);
+  EXPECT_EQ(capped->concurrent_ranks, 2);
+  EXPECT_EQ(capped->configurations + capped->oversubscribed, all->configurations);
+  EXPECT_GT(capped->oversubscribed, 0u);
+  for (const PartitionProblem& p : Configurations(request)) EXPECT_LE(p.ranks * p.replicas, 2);
+
+  // K and D both pinned: the user asked for that layout.
+  request.ranks = 2;
+  request.replicas = 2;
+  Expected<SearchResult> pinned = SearchPlans(request);
+  ASSERT_TRUE(pinned.ok()) << pinned.status().message();
+  EXPECT_EQ(pinned->oversubscribed, 0u);
+  EXPECT_EQ(pinned->best->plan.num_ranks() * pinned->best->plan.replicas, 4);
+
+  // K pinned alone to a layout past the cap: the error says how to get it.
+  request.ranks = 4;
+  request.replicas.reset();
+  Expected<SearchResult> refused = SearchPlans(request);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("--oversubscribe"), std::string::npos) << refused.status().message();
 }
 
 }  // namespace
