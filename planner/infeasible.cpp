@@ -26,7 +26,11 @@ bool Fits(const SearchRequest& request, int devices, double* least_bytes) {
 
 }  // namespace
 
-InfeasibleReport ExplainInfeasible(const SearchRequest& request) {
+InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
+  // What fits in memory does not depend on how well the speed is predicted: the layouts the
+  // search leaves out for sharing a node's cores (SearchRequest::oversubscribe) count here.
+  SearchRequest request = asked;
+  request.oversubscribe = true;
   InfeasibleReport report;
   report.limit_bytes = static_cast<double>(request.cluster.device_memory_bytes);
   report.devices = request.cluster.devices;
