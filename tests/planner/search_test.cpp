@@ -11,6 +11,9 @@
 #include <random>
 
 #include "core/schedule/validate.h"
+#include "planner/infeasible.h"
+#include "planner/min_devices.h"
+#include "planner/report.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
 #include "tests/planner/brute_force.h"
@@ -251,6 +254,37 @@ TEST(Search, LeavesOutLayoutsWithMoreRanksOnANodeThanItComputesAtOnce) {
   Expected<SearchResult> refused = SearchPlans(request);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("--oversubscribe"), std::string::npos) << refused.status().message();
+}
+
+// When only the layouts the cap leaves out would fit, the report says so and how to search them,
+// and its least memory on these devices is the one of every layout.
+TEST(Search, WhenOnlyLeftOutLayoutsFitTheReportNamesOversubscribe) {
+  std::mt19937 rng(7);
+  SearchRequest request = SmallRequest(rng, 5);
+  request.cluster.devices_per_node.reset();
+  request.remat = RematPolicy::kOff;
+  StepCosts costs;
+  costs.compute_scale = {{1.0, 0.0}, {1.0, 0.0}, {1.0, 0.0}, {1.0, 0.0}};
+  costs.concurrent_ranks = 2;
+  request.profile.step_costs = costs;
+  Expected<LeastMemory> on_four = LeastMemoryOn(request, 4);
+  Expected<LeastMemory> on_two = LeastMemoryOn(request, 2);
+  ASSERT_TRUE(on_four.ok() && on_two.ok());
+  ASSERT_LT(on_four->peak_bytes, on_two->peak_bytes);
+  request.cluster.device_memory_bytes = static_cast<int64_t>(on_four->peak_bytes) + 1;
+  Expected<SearchResult> capped = SearchPlans(request);
+  ASSERT_TRUE(capped.ok()) << capped.status().message();
+  ASSERT_FALSE(capped->best.has_value()) << "a plan of two ranks per node fits; the test needs a tighter budget";
+  EXPECT_GT(capped->oversubscribed, 0u);
+  const std::string report = FormatPlanReport(request, *capped, 0.0);
+  EXPECT_NE(report.find("--oversubscribe searches them"), std::string::npos) << report;
+  const InfeasibleReport why = ExplainInfeasible(request);
+  ASSERT_TRUE(why.least.has_value());
+  EXPECT_LE(why.least->peak_bytes, static_cast<double>(request.cluster.device_memory_bytes));
+  request.oversubscribe = true;
+  Expected<SearchResult> asked = SearchPlans(request);
+  ASSERT_TRUE(asked.ok()) << asked.status().message();
+  EXPECT_TRUE(asked->best.has_value());
 }
 
 }  // namespace
