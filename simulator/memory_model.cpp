@@ -225,11 +225,8 @@ MemoryPeak PeakOver(const Schedule& schedule, int rank, const std::vector<StageC
   const std::vector<std::pair<size_t, size_t>>& posted = RankPosting(schedule, rank, posting, built);
   size_t next_posted = 0;
   for (size_t i = 0; i < actions.size(); ++i) {
-    // A receive's buffer comes with its posting (its RECV's start change), not at the RECV.
-    for (; next_posted < posted.size() && posted[next_posted].first == i; ++next_posted) {
-      const Action& recv = actions[posted[next_posted].second];
-      apply(EffectOf(schedule, recv, stages[recv.stage]).at_start);
-    }
+    AllocatePostedReceives(actions, posted, next_posted, i,
+                           [&](const Action& recv) { apply(EffectOf(schedule, recv, stages[recv.stage]).at_start); });
     const Action& a = actions[i];
     const MemoryEffect effect = EffectOf(schedule, a, stages[a.stage]);
     if (!IsRecv(a.op)) apply(effect.at_start);
@@ -307,12 +304,10 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
   for (size_t k = 0; k < actions.size(); ++k) {
     const Action& a = actions[k];
     const int i = slot[a.stage];
-    // A receive's buffer comes with its posting (its RECV's start change), not at the RECV.
     const size_t first_posted = next_posted;
-    for (; next_posted < posted.size() && posted[next_posted].first == k; ++next_posted) {
-      const Action& recv = actions[posted[next_posted].second];
+    AllocatePostedReceives(actions, posted, next_posted, k, [&](const Action& recv) {
       record(effect_of(recv).at_start, walk.stride * slot[recv.stage]);
-    }
+    });
     const SymbolicEffect e = effect_of(a);
     if (!IsRecv(a.op)) record(e.at_start, walk.stride * i);
     // Frees at an action's end never make a new peak: only the counts after a start that grew.

@@ -116,6 +116,17 @@ struct MemoryPeak {
 using ReceivePosting = std::vector<std::vector<std::pair<size_t, size_t>>>;
 ReceivePosting ReceivesPostedAt(const Schedule& schedule);
 
+/// The one rule of every walk over a rank's actions (RankMemoryPeak, MemoryFrontier, the
+/// simulator): as action i starts, calls `allocate(recv)` for each RECV whose buffer is posted
+/// then (a RECV's start change belongs to its posting, never to the RECV itself). `rank_posting`
+/// is the rank's entry of ReceivesPostedAt; `next` walks it and must start at 0; i must not
+/// decrease between calls.
+template <typename Allocate>
+void AllocatePostedReceives(const std::vector<Action>& actions, const std::vector<std::pair<size_t, size_t>>& rank_posting,
+                            size_t& next, size_t i, Allocate&& allocate) {
+  for (; next < rank_posting.size() && rank_posting[next].first == i; ++next) allocate(actions[rank_posting[next].second]);
+}
+
 /// The peak over rank `rank`'s actions: apply each action's start change, then its end change.
 /// `posting`: ReceivesPostedAt(schedule), or null to build it here.
 MemoryPeak RankMemoryPeak(const Schedule& schedule, int rank, const std::vector<StageCost>& stages,

@@ -108,11 +108,9 @@ class Simulation {
       const Action& a = actions[state.next];
       const StageCost& c = costs_.stages[a.stage];
       // The receive buffers the executor allocates as this action starts (their RECVs' start).
-      const auto& posted = posted_[r];
-      for (size_t& k = state.next_posted; k < posted.size() && posted[k].first == state.next; ++k) {
-        const Action& recv = actions[posted[k].second];
+      AllocatePostedReceives(actions, posted_[r], state.next_posted, state.next, [&](const Action& recv) {
         Change(r, now, EffectOf(schedule_, recv, costs_.stages[recv.stage]).at_start);
-      }
+      });
       switch (a.op) {
         case Op::kForward:
         case Op::kBackward:
