@@ -40,17 +40,25 @@ class ProfileCommand : public Command {
                    "Measure compute with 1..N ranks on this node, each count run as a pipeline (the plan's ranks "
                    "per node picks one); default: this machine's cores, at least 4 and at most 8")
         ->check(CLI::Range(1, 64));
+    app.add_option("--probe-sizes", probe_sizes_,
+                   "Micro-batch sizes (of --microbatch-size) to run those pipelines at; between them the "
+                   "figures are interpolated. Default: the smallest, the first and the largest")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 1 << 24));
     app.footer(
         "Examples:\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8 -o tiny-gpt-profile.json\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 4,8,16 --repeats 20 -o p.json\n"
+        "  co-located ranks probed at every size, with up to 2 ranks per node:\n"
+        "    gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4 --probe-sizes 1,2,4,8 --ranks-per-node 2 -o p.json\n"
         "  a Hugging Face GPT-2 from a Python build() (traced once, cached in $GPIPE_CACHE_DIR):\n"
         "    gpipe-plan profile --model models/examples/gpt2.json --microbatch-size 4 -o gpt2-profile.json\n"
         "  gpipe-plan plan --profile tiny-gpt-profile.json --cluster profiles/clusters/cpu-2.json --global-batch 64 -o plan.json\n"
         "Per layer: forward, backward and its weight-gradient part (median of --repeats, spread = half the\n"
         "interquartile range), parameter, activation (what autograd keeps, measured) and output bytes.\n"
         "Per step (step_costs): the optimizer step per GiB of parameters for sgd, momentum and adam, the\n"
-        "fixed cost of a step, and the slowdown of compute while 1..N ranks share the node.");
+        "fixed cost of a step, and the slowdown of compute while 1..N ranks share the node, at each of\n"
+        "--probe-sizes (short actions slow down more: docs/profiler.md).");
   }
 
   int Run(std::ostream& out, std::ostream& err) override {
@@ -86,27 +94,36 @@ class ProfileCommand : public Command {
     Expected<StepCosts> step_costs = executor::MeasureStepCosts(*model, settings);
     if (!step_costs.ok()) return Fail(err, "profile", step_costs.status());
     if (!settings.device.is_cuda()) {
-      err << "measuring compute with 1.." << ranks_per_node << " ranks per node, run as pipelines\n";
+      Expected<std::vector<int64_t>> probe_sizes = ProbeSizes();
+      if (!probe_sizes.ok()) return Fail(err, "profile", probe_sizes.status());
+      err << "measuring compute with 1.." << ranks_per_node << " ranks per node, run as pipelines, at micro-batches of "
+          << JoinSizes(*probe_sizes) << "\n";
       PipelineProbeRequest probe;
       probe.profile = profile;
       probe.model_path = model_path_;
       probe.max_ranks_per_node = ranks_per_node;
+      probe.microbatch_sizes = *probe_sizes;
+      probe.concurrent_ranks = ConcurrentRanks(settings.threads);
       probe.forward_overhead_ms = step_costs->forward_overhead_ms.median;
       probe.backward_overhead_ms = step_costs->backward_overhead_ms.median;
       probe.one_rank_scale = executor::OneGraphScale(*sizes);
       probe.dir = output_path_ + ".pipeline-probe";
       Expected<PipelineProbeResult> probed = MeasurePipelineComputeScale(probe, err);
       if (!probed.ok()) return Fail(err, "profile", probed.status());
-      step_costs->compute_scale = probed->compute_scale;
-      step_costs->concurrent_ranks =
-          std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, settings.threads));
-      step_costs->action_gap_ms = probed->action_gap_ms;
-      step_costs->send_ms = probed->send_ms;
+      step_costs->by_microbatch_size = *probed;
+      // The top-level figures are the profile's own size's (it is always probed: ProbeSizes).
+      const StepCosts own = step_costs->AtMicrobatch(profile.microbatch_size);
+      step_costs->compute_scale = own.compute_scale;
+      step_costs->action_gap_ms = own.action_gap_ms;
+      step_costs->send_ms = own.send_ms;
+      step_costs->concurrent_ranks = probe.concurrent_ranks;
       step_costs->source += "; compute_scale: one rank is the whole model's pass over its layers' sum (median over "
                             "the sizes); n ranks, that times the model run as a pipeline of n ranks (1F1B, K x D = n, 2K "
                             "micro-batches, " + std::to_string(probe.steps) + " steps) over one rank run in the same "
                             "round, its forward and backward actions less their overheads against the profile's times, the "
-                            "median of " + std::to_string(probe.rounds) + " rounds (compare/pipeline_probe.h); "
+                            "median of " + std::to_string(probe.rounds) + " rounds (compare/pipeline_probe.h), at micro-batches of " +
+                            JoinSizes(*probe_sizes) + " (by_microbatch_size; the top level is " +
+                            std::to_string(profile.microbatch_size) + "'s); "
                             "action_gap_ms and send_ms: the same runs' time between actions per forward or backward action, and "
                             "per send";
     }
@@ -125,10 +142,19 @@ class ProfileCommand : public Command {
   static void StepSummary(const StepCosts& costs, std::ostream& out) {
     out << "\nper step:";
     for (const auto& [name, m] : costs.optimizer_ms_per_gib) out << Sprintf(" %s %.1f ±%.1f ms/GiB;", name.c_str(), m.median, m.spread);
-    out << Sprintf(" fixed %.3f ±%.3f ms\ncompute as pipelines of n ranks on the node, against the profile:", costs.step_overhead_ms.median,
-                   costs.step_overhead_ms.spread);
-    for (size_t n = 0; n < costs.compute_scale.size(); ++n) {
-      out << Sprintf(" %zu: %.3f ±%.3f", n + 1, costs.compute_scale[n].median, costs.compute_scale[n].spread);
+    out << Sprintf(" fixed %.3f ±%.3f ms", costs.step_overhead_ms.median, costs.step_overhead_ms.spread);
+    const auto scales = [&out](const std::vector<Measured>& list) {
+      for (size_t n = 0; n < list.size(); ++n) out << Sprintf(" %zu: %.3f ±%.3f", n + 1, list[n].median, list[n].spread);
+    };
+    if (costs.by_microbatch_size.size() > 1) {
+      out << "\ncompute as pipelines of n ranks on the node, against the profile, per micro-batch size:";
+      for (const ColocatedAtSize& at : costs.by_microbatch_size) {
+        out << "\n  " << at.microbatch_size << " samples:";
+        scales(at.compute_scale);
+      }
+    } else {
+      out << "\ncompute as pipelines of n ranks on the node, against the profile:";
+      scales(costs.compute_scale);
     }
     if (!costs.send_ms.empty()) {
       out << "\na send occupies its rank, n ranks:";
@@ -185,7 +211,36 @@ class ProfileCommand : public Command {
 #endif
 
   std::string model_path_, output_path_, device_ = "cpu";
+  // The probe's sizes: --probe-sizes, each one of --microbatch-size, with the first always in; by
+  // default the smallest, the first and the largest.
+  Expected<std::vector<int64_t>> ProbeSizes() const {
+    std::vector<int64_t> chosen = probe_sizes_;
+    if (chosen.empty()) chosen = {*std::min_element(sizes_.begin(), sizes_.end()), *std::max_element(sizes_.begin(), sizes_.end())};
+    for (int64_t size : chosen) {
+      if (std::find(sizes_.begin(), sizes_.end(), size) == sizes_.end()) {
+        return Status::Usage("--probe-sizes " + std::to_string(size) + ": not one of --microbatch-size " + JoinSizes(sizes_) +
+                             "; the probe compares runs with the layers profiled at its size");
+      }
+    }
+    chosen.push_back(sizes_.front());
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    return chosen;
+  }
+
+  // Ranks the node computes at once: its hardware threads over each rank's intra-op threads.
+  static int ConcurrentRanks(int threads) {
+    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, threads));
+  }
+
+  static std::string JoinSizes(const std::vector<int64_t>& sizes) {
+    std::string text;
+    for (int64_t size : sizes) text += (text.empty() ? "" : ",") + std::to_string(size);
+    return text;
+  }
+
   std::vector<int64_t> sizes_ = {8};
+  std::vector<int64_t> probe_sizes_;
   int threads_ = 1, warmup_ = 3, repeats_ = 10, ranks_per_node_ = 0;
 };
 

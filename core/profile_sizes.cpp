@@ -70,6 +70,8 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
   const auto points = Points(profile);
   Profile out = profile;
   out.microbatch_size = microbatch_size;
+  // Co-located ranks' figures too, where the profiler probed them per size.
+  if (out.step_costs) out.step_costs = out.step_costs->AtMicrobatch(microbatch_size);
   if (note != nullptr) note->clear();
   if (auto exact = points.find(microbatch_size); exact != points.end()) {
     out.input_bytes = exact->second.first;

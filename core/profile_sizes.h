@@ -16,7 +16,8 @@ namespace gpipe {
 /// The micro-batch sizes measured, ascending (the profile's own size when it has no measurements).
 std::vector<int64_t> MeasuredMicrobatchSizes(const Profile& profile);
 
-/// The profile for micro-batches of `microbatch_size` samples (its microbatch_size is that size).
+/// The profile for micro-batches of `microbatch_size` samples (its microbatch_size is that size),
+/// its step_costs' co-located figures included (StepCosts::AtMicrobatch).
 /// `note`, when given, receives one line saying how it was obtained ("" when measured at that size).
 Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std::string* note = nullptr);
 

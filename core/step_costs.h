@@ -6,6 +6,7 @@
 // has none fitted from runs (simulator/cost_model.h, EffectiveCalibration).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,17 @@ namespace gpipe {
 struct Measured {
   double median = 0;
   double spread = 0;
+};
+
+/// The pipeline probe's figures at one micro-batch size (compare/pipeline_probe.h): entry n - 1 of
+/// each is n ranks on the node. Ranks sharing a node slow each other most where their actions are
+/// shortest: the tiny GPT's two-rank pipeline measured 1.19x one rank at 1 sample per micro-batch,
+/// 1.09-1.14x at 2 and 0.99-1.00x at 8 (bench/RESULTS.md), so one size does not answer for all.
+struct ColocatedAtSize {
+  int64_t microbatch_size = 0;
+  std::vector<Measured> compute_scale;
+  std::vector<Measured> action_gap_ms;
+  std::vector<Measured> send_ms;
 };
 
 struct StepCosts {
@@ -51,6 +63,10 @@ struct StepCosts {
   /// share the node's cores (the simulator's core sharing, simulator/cost_model.h). 0: not
   /// measured (a GPU, or an older profile), and every count has its one factor.
   int concurrent_ranks = 0;
+  /// The probe at every micro-batch size it ran, ascending. compute_scale, action_gap_ms and send_ms
+  /// above are its figures at the profile's own size; AtMicrobatch answers for any size. Empty in
+  /// profiles made before the probe ran per size (their one size answers for all).
+  std::vector<ColocatedAtSize> by_microbatch_size;
   /// The executor's sends stay allocated until the step ends (Gloo on the CPU): memory counts them.
   bool sends_held = false;
   /// How it was measured, in words.
@@ -59,6 +75,13 @@ struct StepCosts {
   /// The calibration these measurements stand for, for the plan's optimizer ("adam-mixed" runs as
   /// "adam"); an optimizer that was not measured gets no optimizer term.
   Calibration AsCalibration(const std::string& optimizer) const;
+
+  /// These costs for micro-batches of `microbatch_size` samples: compute_scale, action_gap_ms and
+  /// send_ms from by_microbatch_size, the entry at that size; between two probed sizes, each figure
+  /// interpolated linearly in the logarithm of the size (the slowdown fell about as much from 1 to
+  /// 2 samples as from 2 to 8); outside them, the nearest size's. `note`, when given, receives how
+  /// ("" when probed at that size or when nothing was probed per size).
+  StepCosts AtMicrobatch(int64_t microbatch_size, std::string* note = nullptr) const;
 };
 
 Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::string& where);

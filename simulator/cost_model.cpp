@@ -33,31 +33,37 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   model.global_batch = plan.global_batch;
   // A profile measured at several sizes answers at this size; one measured at one size scales.
   const bool several_sizes = MeasuredMicrobatchSizes(plan.profile).size() > 1;
-  const Profile sized = several_sizes ? ProfileAtMicrobatch(plan.profile, model.microbatch_size, &model.profile_note)
-                                      : Profile();
-  const Profile& profile = several_sizes ? sized : plan.profile;
+  // Co-located ranks probed at several sizes answer at this size too, whatever the layers do.
+  const bool costs_by_size = plan.profile.step_costs && !plan.profile.step_costs->by_microbatch_size.empty();
+  Profile sized = several_sizes ? ProfileAtMicrobatch(plan.profile, model.microbatch_size, &model.profile_note)
+                                : costs_by_size ? plan.profile : Profile();
+  if (!several_sizes && costs_by_size) sized.step_costs = sized.step_costs->AtMicrobatch(model.microbatch_size);
+  const Profile& profile = several_sizes || costs_by_size ? sized : plan.profile;
   model.scale = static_cast<double>(model.microbatch_size) / static_cast<double>(profile.microbatch_size);
   if (!several_sizes && model.scale != 1.0) {
     model.profile_note = "the profile measured micro-batches of " + std::to_string(profile.microbatch_size) +
                          "; times and activations are scaled linearly by " + FormatScale(model.scale);
   }
   const bool split = SplitsBackward(plan.schedule);
-  const std::optional<Calibration> effective = EffectiveCalibration(plan.profile, plan.cluster, plan.optimizer);
+  const std::optional<Calibration> effective = EffectiveCalibration(profile, plan.cluster, plan.optimizer);
   const Calibration* calibration = effective ? &*effective : nullptr;
   if (plan.cluster.calibration) {
     model.calibration_note = "calibrated from runs (the cluster's calibration)";
-  } else if (plan.profile.step_costs) {
+  } else if (profile.step_costs) {
     model.calibration_note = "optimizer, per-step overhead and co-located ranks as the profiler measured them";
+    std::string at_size;
+    plan.profile.step_costs->AtMicrobatch(model.microbatch_size, &at_size);
+    if (!at_size.empty()) model.calibration_note += " (" + at_size + ")";
   } else {
     model.calibration_note = "the profile has no step_costs and the cluster no calibration: the prediction "
                              "leaves out the optimizer step, the per-step overhead and the slowdown of ranks "
                              "sharing a node (re-profile with gpipe-plan profile, or calibrate from a run)";
   }
   const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas);
-  CoreSharing sharing = CoreSharingOf(plan.profile, plan.cluster, calibration, per_node, plan.num_ranks());
+  CoreSharing sharing = CoreSharingOf(profile, plan.cluster, calibration, per_node, plan.num_ranks());
   if (!sharing.active_rate.empty()) {
     model.calibration_note += "; " + std::to_string(per_node) + " ranks share a node that computes " +
-                              std::to_string(plan.profile.step_costs->concurrent_ranks) +
+                              std::to_string(profile.step_costs->concurrent_ranks) +
                               " at once: compute is priced by how many run at each moment";
   } else if (calibration != nullptr && !calibration->compute_scale.empty() &&
       static_cast<size_t>(per_node) > calibration->compute_scale.size()) {
@@ -104,9 +110,9 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   if (calibration != nullptr) {
     model.send_overhead_ms = calibration->send_overhead_ms;
     model.send_issue_bytes_per_s = calibration->send_issue_bytes_per_s;
-    if (!plan.cluster.calibration && plan.profile.step_costs && !plan.profile.step_costs->send_ms.empty()) {
+    if (!plan.cluster.calibration && profile.step_costs && !profile.step_costs->send_ms.empty()) {
       // What a send cost with this many ranks on the node, as the profiler's pipelines measured it.
-      const std::vector<Measured>& sends = plan.profile.step_costs->send_ms;
+      const std::vector<Measured>& sends = profile.step_costs->send_ms;
       const double measured = sends[std::min(sends.size(), static_cast<size_t>(per_node)) - 1].median;
       if (measured > 0) model.send_overhead_ms = measured;
     }

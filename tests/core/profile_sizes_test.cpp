@@ -2,7 +2,10 @@
 // between the nearest two, extrapolated beyond them (and says which).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/profile_sizes.h"
+#include "core/step_costs.h"
 
 namespace gpipe {
 namespace {
@@ -36,6 +39,18 @@ TEST(ProfileSizesTest, ListsTheMeasuredSizes) {
   Profile one = TwoSizes();
   one.extra.erase("measurements");
   EXPECT_EQ(MeasuredMicrobatchSizes(one), (std::vector<int64_t>{4}));
+}
+
+TEST(ProfileSizesTest, TheColocatedFiguresFollowTheSize) {
+  Profile p = TwoSizes();
+  StepCosts costs;
+  costs.compute_scale = {{1.0, 0.0}, {1.1, 0.0}};
+  costs.by_microbatch_size = {{4, {{1.0, 0.0}, {1.3, 0.0}}, {}, {}}, {8, {{1.0, 0.0}, {1.1, 0.0}}, {}, {}}};
+  p.step_costs = costs;
+  EXPECT_EQ(ProfileAtMicrobatch(p, 4).step_costs->compute_scale[1].median, 1.3);
+  EXPECT_NEAR(ProfileAtMicrobatch(p, 6).step_costs->compute_scale[1].median, 1.3 - 0.2 * std::log(1.5) / std::log(2.0), 1e-12);
+  EXPECT_EQ(ProfileAtMicrobatch(p, 16).step_costs->compute_scale[1].median, 1.1);
+  EXPECT_EQ(ProfileAtMicrobatch(p, 16).step_costs->by_microbatch_size.size(), 2u);
 }
 
 TEST(ProfileSizesTest, MeasuredInterpolatedExtrapolated) {

@@ -499,12 +499,21 @@ def profile_then_plan(binary, tmp):
     planner says when it interpolates between them; profile-links writes a cluster plan accepts."""
     profile = os.path.join(tmp, "profile.json")
     result = sh([binary, "profile", "--model", MODEL, "--microbatch-size", "4,8", "--warmup", "1", "--repeats", "3",
-                 "-o", profile])
+                 "--ranks-per-node", "2", "-o", profile])
     assert "sum of layers" in result.stdout and "round 4 of 4" in result.stderr, (result.stdout, result.stderr)
+    assert "per micro-batch size:\n  4 samples: 1: " in result.stdout and "\n  8 samples: 1: " in result.stdout, result.stdout
     with open(profile) as f:
         doc = json.load(f)
     assert doc["format"] == "gpipe-profile/1" and len(doc["layers"]) == 6
     assert [m["microbatch_size"] for m in doc["measurements"]] == [4, 8]
+    # Co-located ranks probed at both sizes; the top level is the first size's.
+    costs = doc["step_costs"]
+    assert [b["microbatch_size"] for b in costs["by_microbatch_size"]] == [4, 8], costs
+    assert all(len(b["compute_scale"]) == 2 for b in costs["by_microbatch_size"]), costs
+    assert costs["compute_scale"] == costs["by_microbatch_size"][0]["compute_scale"], costs
+    bad = sh([binary, "profile", "--model", MODEL, "--microbatch-size", "4,8", "--probe-sizes", "2", "-o", profile],
+             check=False)
+    assert bad.returncode != 0 and "--probe-sizes 2: not one of --microbatch-size 4,8" in bad.stderr, bad.stderr
     cluster = os.path.join(tmp, "cluster.json")
     result = sh([binary, "profile-links", "--ranks", "2", "--repeats", "3", "-o", cluster])
     with open(cluster) as f:
@@ -516,6 +525,7 @@ def profile_then_plan(binary, tmp):
     result = sh([binary, "simulate", plan_path])
     assert "interpolated linearly to micro-batches of 6 from the sizes the profile measured (4, 8)" in result.stdout, \
         result.stdout
+    assert "interpolated between the probe's 4 and 8" in result.stdout, result.stdout
 
 
 def validate_compare_calibrate(binary, tmp):

@@ -191,6 +191,92 @@ TEST(StepCosts, AClusterCalibrationFittedFromRunsTakesPrecedence) {
   EXPECT_NE(costs.calibration_note.find("calibrated from runs"), std::string::npos);
 }
 
+// The co-located figures probed at 1 and 8 samples per micro-batch: two ranks 1.2x at 1, 1.0x at 8.
+StepCosts ProbedAtTwoSizes() {
+  StepCosts costs = Measured();
+  costs.by_microbatch_size = {{1, {{1.0, 0.0}, {1.2, 0.02}}, {{0.04, 0.0}, {0.07, 0.0}}, {{0.0, 0.0}, {0.1, 0.0}}},
+                              {8, {{1.0, 0.0}, {1.0, 0.01}}, {{0.04, 0.0}, {0.04, 0.0}}, {{0.0, 0.0}, {0.4, 0.0}}}};
+  return costs;
+}
+
+TEST(StepCosts, ColocatedFiguresPerSizeAnswerForAnySizeInterpolatedInLogSize) {
+  Profile profile = FourLayers(1, 1, Optimizer::kSgd).profile;
+  profile.step_costs = ProbedAtTwoSizes();
+  const Expected<Profile> back = ProfileFromJson(ProfileToJson(profile), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  const StepCosts& costs = *back->step_costs;
+  ASSERT_EQ(costs.by_microbatch_size.size(), 2u);
+  EXPECT_EQ(costs.by_microbatch_size[1].microbatch_size, 8);
+  EXPECT_EQ(costs.by_microbatch_size[1].send_ms[1].median, 0.4);
+
+  std::string note;
+  EXPECT_EQ(costs.AtMicrobatch(1, &note).compute_scale[1].median, 1.2);
+  EXPECT_EQ(note, "");
+  EXPECT_EQ(costs.AtMicrobatch(8, &note).action_gap_ms[1].median, 0.04);
+  // 2 samples: a third of the way from 1 to 8 in log size; 4, two thirds.
+  const StepCosts at2 = costs.AtMicrobatch(2, &note);
+  EXPECT_NEAR(at2.compute_scale[1].median, 1.2 - 0.2 / 3, 1e-12);
+  EXPECT_NEAR(at2.action_gap_ms[1].median, 0.07 - 0.03 / 3, 1e-12);
+  EXPECT_NEAR(at2.send_ms[1].median, 0.1 + 0.3 / 3, 1e-12);
+  EXPECT_NE(note.find("interpolated between the probe's 1 and 8"), std::string::npos) << note;
+  EXPECT_NEAR(costs.AtMicrobatch(4).compute_scale[1].median, 1.2 - 0.4 / 3, 1e-12);
+  // Past the largest: the largest's figures, said so.
+  EXPECT_EQ(costs.AtMicrobatch(32, &note).compute_scale[1].median, 1.0);
+  EXPECT_NE(note.find("32 takes 8's figures"), std::string::npos) << note;
+  // Without per-size figures, the top level answers for every size.
+  StepCosts flat = Measured();
+  EXPECT_EQ(flat.AtMicrobatch(2, &note).compute_scale[1].median, 1.5);
+  EXPECT_EQ(note, "");
+}
+
+TEST(StepCosts, ThePlansMicrobatchSizePicksTheColocatedFigures) {
+  // Two ranks on the node. The plan's micro-batches hold 2 samples (global batch 8, M = 4).
+  Plan plan = executor::testing::EvenPlan(4, ScheduleKind::kGpipe, 2, 1, 4, 1, 8, false, Optimizer::kSgd);
+  ASSERT_EQ(plan.microbatch_size(), 2);
+  const CostModel bare = BuildCostModel(plan).value();
+  plan.profile.step_costs = ProbedAtTwoSizes();
+  const CostModel costs = BuildCostModel(plan).value();
+  const double scale = 1.2 - 0.2 / 3, gap = 0.07 - 0.03 / 3;
+  EXPECT_NEAR(costs.stages[0].forward_ms, scale * bare.stages[0].forward_ms + 0.02 + gap, 1e-9);
+  EXPECT_NEAR(costs.send_overhead_ms, 0.1 + 0.3 / 3, 1e-12);
+  EXPECT_NE(costs.calibration_note.find("interpolated between the probe's 1 and 8"), std::string::npos)
+      << costs.calibration_note;
+  // The same plan at 8 samples per micro-batch: no slowdown beyond the gap.
+  plan = executor::testing::EvenPlan(4, ScheduleKind::kGpipe, 2, 1, 4, 1, 32, false, Optimizer::kSgd);
+  const CostModel bare8 = BuildCostModel(plan).value();
+  plan.profile.step_costs = ProbedAtTwoSizes();
+  EXPECT_NEAR(BuildCostModel(plan).value().stages[0].forward_ms, bare8.stages[0].forward_ms + 0.02 + 0.04, 1e-9);
+}
+
+TEST(StepCosts, BadPerSizeFiguresNameTheEntry) {
+  Profile profile = FourLayers(1, 1, Optimizer::kSgd).profile;
+  profile.step_costs = ProbedAtTwoSizes();
+  nlohmann::json json = ProfileToJson(profile);
+  nlohmann::json swapped = json;
+  std::swap(swapped["step_costs"]["by_microbatch_size"][0], swapped["step_costs"]["by_microbatch_size"][1]);
+  Expected<Profile> p = ProfileFromJson(swapped, "p.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("by_microbatch_size[1].microbatch_size: 1 after 8"), std::string::npos)
+      << p.status().message();
+  nlohmann::json shorter = json;
+  shorter["step_costs"]["by_microbatch_size"][1]["compute_scale"].erase(1);
+  p = ProfileFromJson(shorter, "p.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("by_microbatch_size[1]: measured 1 counts of ranks"), std::string::npos)
+      << p.status().message();
+  nlohmann::json unnamed = json;
+  unnamed["step_costs"]["by_microbatch_size"][0].erase("microbatch_size");
+  p = ProfileFromJson(unnamed, "p.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("by_microbatch_size[0]"), std::string::npos) << p.status().message();
+  EXPECT_NE(p.status().message().find("microbatch_size"), std::string::npos) << p.status().message();
+  nlohmann::json zero = json;
+  zero["step_costs"]["by_microbatch_size"][0]["compute_scale"][1]["median"] = 0.0;
+  p = ProfileFromJson(zero, "p.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("by_microbatch_size[0].compute_scale[1]"), std::string::npos) << p.status().message();
+}
+
 TEST(MeasuredAllReduce, InterpolatesBetweenMeasuredSizesAndExtrapolatesTheLastSlope) {
   Cluster cluster;
   cluster.devices = 4;
