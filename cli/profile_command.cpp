@@ -143,6 +143,8 @@ class ProfileCommand : public Command {
     out << "\nper step:";
     for (const auto& [name, m] : costs.optimizer_ms_per_gib) out << Sprintf(" %s %.1f ±%.1f ms/GiB;", name.c_str(), m.median, m.spread);
     out << Sprintf(" fixed %.3f ±%.3f ms", costs.step_overhead_ms.median, costs.step_overhead_ms.spread);
+    // With several probed sizes the sends and gaps printed are the first size's (all are in the file).
+    const std::string own_size = costs.by_microbatch_size.size() > 1 ? " (the first size; each size's in the file)" : "";
     const auto scales = [&out](const std::vector<Measured>& list) {
       for (size_t n = 0; n < list.size(); ++n) out << Sprintf(" %zu: %.3f ±%.3f", n + 1, list[n].median, list[n].spread);
     };
@@ -157,7 +159,7 @@ class ProfileCommand : public Command {
       scales(costs.compute_scale);
     }
     if (!costs.send_ms.empty()) {
-      out << "\na send occupies its rank, n ranks:";
+      out << "\na send occupies its rank, n ranks" << own_size << ":";
       for (size_t n = 0; n < costs.send_ms.size(); ++n) {
         out << Sprintf(" %zu: %.3f ±%.3f ms", n + 1, costs.send_ms[n].median, costs.send_ms[n].spread);
       }
@@ -166,7 +168,7 @@ class ProfileCommand : public Command {
       out << "\nthe node computes " << costs.concurrent_ranks << " rank" << (costs.concurrent_ranks == 1 ? "" : "s")
           << " at full speed at once; past that, ranks computing at the same moment share its cores";
     }
-    out << "\nbetween actions, per forward or backward, n ranks:";
+    out << "\nbetween actions, per forward or backward, n ranks" << own_size << ":";
     for (size_t n = 0; n < costs.action_gap_ms.size(); ++n) {
       out << Sprintf(" %zu: %.3f ±%.3f ms", n + 1, costs.action_gap_ms[n].median, costs.action_gap_ms[n].spread);
     }

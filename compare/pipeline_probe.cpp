@@ -6,9 +6,9 @@
 
 #include "compare/calibration_samples.h"
 #include "compare/compare.h"
+#include "compare/core_sharing_fit.h"
 #include "compare/plan_runs.h"
 #include "compare/probe_rounds.h"
-#include "compare/core_sharing_fit.h"
 #include "core/plan.h"
 #include "core/profile_sizes.h"
 #include "core/text.h"
