@@ -10,6 +10,9 @@
 namespace gpipe {
 
 Expected<double> FitToCoreSharing(Plan plan, const std::vector<double>& fitted, double ratio, int capacity) {
+  // Sharing only ever slows a rank (a rate above one rank's is capped): at or below one rank's
+  // speed there is nothing to fit, and the average stands.
+  if (ratio <= 1.0) return ratio;
   Expected<Schedule> schedule = BuildSchedule(plan);
   if (!schedule.ok()) return schedule.status();
   StepCosts costs;
@@ -38,9 +41,6 @@ Expected<double> FitToCoreSharing(Plan plan, const std::vector<double>& fitted, 
     if (!priced.ok()) return priced.status();
     return *priced / *alone;
   };
-  // Sharing only ever slows a rank (a rate above one rank's is capped): at or below one rank's
-  // speed there is nothing to fit, and the average stands.
-  if (ratio <= 1.0) return ratio;
   double lo = 1.0, hi = 16;
   for (int i = 0; i < 50; ++i) {
     const double mid = std::sqrt(lo * hi);

@@ -47,7 +47,9 @@ struct StepCosts {
   Measured backward_overhead_ms;
   /// Entry n - 1: the executor's forward and backward times when n ranks of a pipeline share the
   /// node, over the profile's layer times (compare/pipeline_probe.h; entry 0: the whole model run
-  /// as one graph over its layers run one by one, executor::OneGraphScale).
+  /// as one graph over its layers run one by one, executor::OneGraphScale). For n up to
+  /// concurrent_ranks, the factor while all n compute at once, as the simulator's core sharing
+  /// applies it (compare/core_sharing_fit.h); past it, the run's average.
   std::vector<Measured> compute_scale;
   /// Entry n - 1: the time the executor loses between actions, per forward or backward action,
   /// when n ranks of a pipeline share the node (the same probe; receives posted, sends reaped,
