@@ -112,10 +112,7 @@ class ProfileCommand : public Command {
       if (!probed.ok()) return Fail(err, "profile", probed.status());
       step_costs->by_microbatch_size = *probed;
       // The top-level figures are the profile's own size's (it is always probed: ProbeSizes).
-      const StepCosts own = step_costs->AtMicrobatch(profile.microbatch_size);
-      step_costs->compute_scale = own.compute_scale;
-      step_costs->action_gap_ms = own.action_gap_ms;
-      step_costs->send_ms = own.send_ms;
+      *step_costs = step_costs->AtMicrobatch(profile.microbatch_size);
       step_costs->concurrent_ranks = probe.concurrent_ranks;
       step_costs->source += "; compute_scale: one rank is the whole model's pass over its layers' sum (median over "
                             "the sizes); n ranks, that times the model run as a pipeline of n ranks (1F1B, K x D = n, 2K "
