@@ -83,6 +83,7 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   layer.backward_ms = r.Number("backward_ms", 0.0);
   layer.backward_weight_ms = r.OptionalNumber("backward_weight_ms", 0.0);
   layer.backward_input_ms = r.OptionalNumber("backward_input_ms", 0.0);
+  layer.forward_no_grad_ms = r.OptionalNumber("forward_no_grad_ms", 0.0);
   layer.param_bytes = r.Bytes("param_bytes");
   layer.activation_bytes = r.Bytes("activation_bytes");
   layer.output_bytes = r.Bytes("output_bytes");
@@ -200,6 +201,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
                         {"output_bytes", layer.output_bytes}};
     if (layer.backward_weight_ms) l["backward_weight_ms"] = *layer.backward_weight_ms;
     if (layer.backward_input_ms) l["backward_input_ms"] = *layer.backward_input_ms;
+    if (layer.forward_no_grad_ms) l["forward_no_grad_ms"] = *layer.forward_no_grad_ms;
     if (layer.forward_workspace_bytes != 0) l["forward_workspace_bytes"] = layer.forward_workspace_bytes;
     if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
     if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;

@@ -93,6 +93,12 @@ struct LayerProfile {
   /// The split backward's memory, when measured (all four fields in the file, or none); without
   /// it the memory model prices I and W each with the full backward's workspace.
   std::optional<SplitBackwardBytes> split_backward = std::nullopt;
+  /// The forward timed under no_grad, as a remat stage runs the layers it recomputes: nothing
+  /// saved for backward, no graph recorded. Optional in the file (absent: forward_ms, as timed with
+  /// autograd recording).
+  std::optional<double> forward_no_grad_ms = std::nullopt;
+  /// What a forward of the layer costs when it keeps nothing for backward.
+  double ForwardNoGradMs() const { return forward_no_grad_ms.value_or(forward_ms); }
   /// Inner workspace: measured, or else the held one.
   int64_t InnerBackwardWorkspaceBytes() const {
     return inner_backward_workspace_bytes.value_or(backward_workspace_bytes);

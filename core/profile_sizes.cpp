@@ -29,6 +29,8 @@ std::map<int64_t, std::pair<int64_t, std::vector<LayerProfile>>> Points(const Pr
         layer.backward_ms = l.at("backward").at("median_ms").get<double>();
         if (l.contains("backward_weight")) layer.backward_weight_ms = l.at("backward_weight").at("median_ms").get<double>();
         if (l.contains("backward_input")) layer.backward_input_ms = l.at("backward_input").at("median_ms").get<double>();
+        layer.forward_no_grad_ms.reset();
+        if (l.contains("forward_no_grad")) layer.forward_no_grad_ms = l.at("forward_no_grad").at("median_ms").get<double>();
         layer.activation_bytes = l.at("activation_bytes").get<int64_t>();
         layer.output_bytes = l.at("output_bytes").get<int64_t>();
         layer.forward_workspace_bytes = l.value("forward_workspace_bytes", int64_t{0});
@@ -94,6 +96,7 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
       l.backward_ms *= scale;
       if (l.backward_weight_ms) *l.backward_weight_ms *= scale;
       if (l.backward_input_ms) *l.backward_input_ms *= scale;
+      if (l.forward_no_grad_ms) *l.forward_no_grad_ms *= scale;
       l.activation_bytes = std::llround(static_cast<double>(l.activation_bytes) * scale);
       l.output_bytes = std::llround(static_cast<double>(l.output_bytes) * scale);
       l.forward_workspace_bytes = std::llround(static_cast<double>(l.forward_workspace_bytes) * scale);
@@ -134,6 +137,10 @@ Profile ProfileAtMicrobatch(const Profile& profile, int64_t microbatch_size, std
     }
     if (a[i].backward_input_ms && b[i].backward_input_ms) {
       l.backward_input_ms = std::max(0.0, Mix(*a[i].backward_input_ms, *b[i].backward_input_ms, t));
+    }
+    l.forward_no_grad_ms.reset();
+    if (a[i].forward_no_grad_ms && b[i].forward_no_grad_ms) {
+      l.forward_no_grad_ms = std::max(0.0, Mix(*a[i].forward_no_grad_ms, *b[i].forward_no_grad_ms, t));
     }
     l.activation_bytes = MixBytes(a[i].activation_bytes, b[i].activation_bytes, t);
     l.output_bytes = MixBytes(a[i].output_bytes, b[i].output_bytes, t);

@@ -144,7 +144,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
   struct SizeState {
     SizeMeasurement size;
     Batch batch;
-    std::vector<std::vector<double>> f, bwd, input_grad, weight_grad;
+    std::vector<std::vector<double>> f, no_grad, bwd, input_grad, weight_grad;
     std::vector<double> whole;
   };
   std::vector<SizeState> states;
@@ -155,6 +155,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
     state.batch = {batch.input.to(settings.device), batch.target.to(settings.device)};
     state.size.input_bytes = static_cast<int64_t>(state.batch.input.nbytes());
     state.f.resize(static_cast<size_t>(n));
+    state.no_grad.resize(static_cast<size_t>(n));
     state.bwd.resize(static_cast<size_t>(n));
     state.input_grad.resize(static_cast<size_t>(n));
     state.weight_grad.resize(static_cast<size_t>(n));
@@ -188,6 +189,24 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
         where = "the whole model at this size, unmeasured";
         whole_pass();
         clear_grads();
+      }
+      // A remat stage's forward: the layers it recomputes run under no_grad, keeping nothing and
+      // recording no graph (the last layer with the loss, as a last stage computes it).
+      {
+        torch::NoGradGuard no_grad;
+        Values x = {batch.input};
+        for (int i = 0; i < n; ++i) {
+          Layer& layer = *layers[static_cast<size_t>(i)];
+          where = "layer " + std::to_string(i) + " (" + layer.name() + "), forward under no_grad";
+          const Values in = layer.MayWriteInput() ? ClonedOf(x) : x;
+          Values out;
+          const double ms = DeviceTimeMs(settings.device, [&] {
+            out = layer.Apply(in);
+            if (i + 1 == n) out = {LossOfLast(model, layer, out, batch.target)};
+          });
+          if (keep) state.no_grad[i].push_back(ms);
+          x = std::move(out);
+        }
       }
       // The third and fourth passes, in the first round only, measure memory and no time: each
       // layer's backward, and its I, as inside a stage (inner_backward_workspace_bytes,
@@ -323,6 +342,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
     for (int i = 0; i < n; ++i) {
       LayerMeasurement& m = size.layers[static_cast<size_t>(i)];
       m.forward = Summarize(f[i]);
+      m.forward_no_grad = Summarize(state.no_grad[i]);
       m.backward = Summarize(bwd[i]);
       m.backward_input = Summarize(input_grad[i]);
       // The weight-gradient pass as the executor runs it; never more than the whole backward.
@@ -348,6 +368,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
     LayerProfile layer;
     layer.name = m.name;
     layer.forward_ms = m.forward.median_ms;
+    layer.forward_no_grad_ms = m.forward_no_grad.median_ms;
     layer.backward_ms = m.backward.median_ms;
     layer.backward_weight_ms = m.backward_weight.median_ms;
     layer.backward_input_ms = m.backward_input.median_ms;
@@ -378,6 +399,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       sum += m.forward.median_ms + m.backward.median_ms;
       nlohmann::json layer = {{"name", m.name},
                               {"forward", TimingJson(m.forward)},
+                              {"forward_no_grad", TimingJson(m.forward_no_grad)},
                               {"backward", TimingJson(m.backward)},
                               {"backward_input", TimingJson(m.backward_input)},
                               {"backward_weight", TimingJson(m.backward_weight)},
@@ -405,6 +427,8 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
       std::to_string(settings.warmup) + " warm-up runs (spread: half the interquartile range, under "
       "measurements); each round runs the layers in order as one-layer stages (forward with autograd "
       "recording, the last layer including the loss), then their backwards in reverse, then the whole model; "
+      "forward_no_grad_ms is the same forward under no_grad, as a remat stage runs the layers it recomputes (timed "
+      "in a pass of its own before those); "
       "backward_weight_ms is the weight-gradient pass W of a backward split as zero-bubble schedules run it (after "
       "its input-gradient pass I, timed as backward_input under measurements); activation_bytes is what the forward leaves allocated "
       "while its graph lives, output included; forward_workspace_bytes is the forward's peak above that, "

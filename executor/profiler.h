@@ -47,6 +47,8 @@ struct LayerMeasurement {
   /// The whole backward, and the same split into the input-gradient pass I and the weight-gradient
   /// pass W as zero-bubble schedules run them.
   Timing forward, backward, backward_input, backward_weight;
+  /// The forward under no_grad, as a remat stage's forward runs the layers it recomputes.
+  Timing forward_no_grad;
   int64_t param_bytes = 0;
   int64_t activation_bytes = 0;
   int64_t output_bytes = 0;

@@ -24,8 +24,8 @@ Expected<PartitionResult> ContiguousSearch::Run() {
 }
 
 std::optional<ContiguousSearch::Fitted> ContiguousSearch::Fit(int q, const LayerTable::StageBuilder& builder) const {
-  // The fewer layers recompute, the shorter every backward (the step never falls when one
-  // grows): the first count that fits is the best.
+  // Recompute what memory demands: the fewest layers that fit (the fastest choice unless forwards
+  // under no_grad are cheaper: partition.h).
   const int length = builder.end() - builder.first();
   for (int layers = 0; layers <= length; ++layers) {
     if (!RecomputeAllowed(p_.remat, layers, length)) continue;
@@ -60,7 +60,7 @@ double ContiguousSearch::StageBound(int q, const StageCost& c, double head, doub
 
 double ContiguousSearch::RelaxedBound(int q, int a, int e, double head, double tail) const {
   if (a == e) return 0.0;  // an empty stage (the relaxation allows them; see RemainderFits)
-  const double forward = table_.ForwardMs(a, e);
+  const double forward = BoundForwardMs(a, e);
   const double backward = table_.BackwardMs(a, e);
   const double activation = table_.ActivationBytes(a, e);
   const double static_bytes = table_.StaticBytes(a, e);
@@ -80,6 +80,7 @@ double ContiguousSearch::RelaxedBound(int q, int a, int e, double head, double t
   c.backward_weight_ms = table_.WeightMs(a, e);
   c.backward_input_ms = backward - c.backward_weight_ms;
   c.remat = remat;
+  c.remat_forward_ms = remat ? table_.ForwardMs(a, e) : 0.0;
   if (remat && p_.remat == RematPolicy::kAuto) {
     // By layer: at least the first layers up to the first boundary p after which the layers'
     // activations, stashed by every micro-batch in flight, fit (what a stage recomputing its
@@ -97,7 +98,7 @@ double ContiguousSearch::RelaxedBound(int q, int a, int e, double head, double t
 }
 
 double ContiguousSearch::RemainderAverage(int q, int a) const {
-  return p_.microbatches * (table_.ForwardMs(a, layers_) + table_.BackwardMs(a, layers_)) / (p_.ranks - q);
+  return p_.microbatches * (BoundForwardMs(a, layers_) + table_.BackwardMs(a, layers_)) / (p_.ranks - q);
 }
 
 bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, double cutoff, std::vector<int>* ends) const {
@@ -120,7 +121,7 @@ bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, dou
     if (ends != nullptr) (*ends)[q] = best;
     if (q + 1 < p_.ranks) {
       const double message = min_output_from_[first];
-      head += table_.ForwardMs(a, best) + links_[q][q + 1].TransferMs(message);
+      head += BoundForwardMs(a, best) + links_[q][q + 1].TransferMs(message);
       tail += (split_ ? table_.BackwardMs(a, best) - table_.WeightMs(a, best) : table_.BackwardMs(a, best)) +
               links_[q + 1][q].TransferMs(message);
     }
@@ -169,10 +170,13 @@ void ContiguousSearch::Dfs(int q, int a, double head, double tail, double bound)
       if (RelaxedBound(q, a, e, 0, 0) == kInfinity) break;
       continue;
     }
-    // Without remat the bound only grows with e: once it reaches the best, stop.
+    // Without remat (its forward at the least any F of these layers costs) the bound only grows
+    // with e and lies below every remat choice's: once it reaches the best, stop.
     const StageCost* const c = &fitted->cost;
     const double params = table_.ParamBytes(a, e);
-    if (StageBound(q, builder.Cost(false), head, tail, params) >= Cutoff()) break;
+    StageCost least = builder.Cost(false);
+    if (p_.remat != RematPolicy::kOff && table_.no_grad_forward_differs()) least.forward_ms = BoundForwardMs(a, e);
+    if (StageBound(q, least, head, tail, params) >= Cutoff()) break;
     const double node_bound = std::max({bound, StageBound(q, *c, head, tail, params), GpipeBound(q, *c, e)});
     if (node_bound >= Cutoff()) continue;
     ends_[q] = e;
@@ -202,7 +206,7 @@ double ContiguousSearch::GpipeBound(int q, const StageCost& c, int e) const {
   double forward = std::max(max_forward_, c.forward_ms);
   double backward = std::max(max_backward_, c.backward_ms + c.recompute_ms());
   if (rest > 0) {
-    forward = std::max(forward, table_.ForwardMs(e, layers_) / rest);
+    forward = std::max(forward, BoundForwardMs(e, layers_) / rest);
     backward = std::max(backward, table_.BackwardMs(e, layers_) / rest);
   }
   return total_forward_ + total_backward_ + recompute_ + c.recompute_ms() + (p_.microbatches - 1) * (forward + backward);

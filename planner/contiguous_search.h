@@ -1,8 +1,9 @@
 // The exact partition search for one stage per rank (gpipe, 1f1b, zb-h1): a depth-first branch
 // and bound over the stage boundaries, rank 0's stage first (see partition.h for what it proves).
 //   - remat: a stage recomputes only when it does not fit without, and then (by layer, under
-//     auto) the fewest of its first layers that make it fit (step time never falls when a stage
-//     recomputes more, and a stage's memory does not depend on other stages' remat);
+//     auto) the fewest of its first layers that make it fit (a stage's memory does not depend on
+//     other stages' remat; partition.h says when this is also the fastest remat); the bounds
+//     price a forward at the least it costs, recorded or under no_grad;
 //   - bounds: every rank r needs head_r + M x work_r + tail_r (its first forward waits for the
 //     stages before it, its last backward feeds them), a rank cannot start its first backward
 //     before micro-batch 0 went all the way and back, and the all-reduce follows a rank's last

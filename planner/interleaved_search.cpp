@@ -14,7 +14,7 @@ namespace gpipe::partition_internal {
 
 double InterleavedSearch::RootBound() const {
   double heaviest = 0;
-  for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, table_.ForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
+  for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
   const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
   // The chains of the schedule's own order (planner/path_bound.h): they see the waits of every
   // round, which the spread work does not.
@@ -72,13 +72,13 @@ void InterleavedSearch::Dfs(int s, int a) {
   for (int e = a + 1; e <= max_end && !OutOfBudget(); ++e) {
     if (last && e < max_end) continue;
     ends_[s] = e;
-    const double work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
+    const double work = BoundForwardMs(a, e) + table_.BackwardMs(a, e);
     // Stages 0..K-1 are on ranks 0..K-1 in a loop and in a V alike. With split backwards the
     // tail is of input gradients (B - W, as the contiguous search bounds I), and it follows the
     // rank's forwards and input gradients only: its W passes may run meanwhile.
-    const double input_work = table_.ForwardMs(a, e) + table_.BackwardMs(a, e) - table_.WeightMs(a, e);
+    const double input_work = BoundForwardMs(a, e) + table_.BackwardMs(a, e) - table_.WeightMs(a, e);
     if (s + 1 < p_.ranks) {
-      head_[s + 1] = head_[s] + table_.ForwardMs(a, e);
+      head_[s + 1] = head_[s] + BoundForwardMs(a, e);
       tail_[s + 1] = tail_[s] + (split_ ? table_.BackwardMs(a, e) - table_.WeightMs(a, e) : table_.BackwardMs(a, e));
     }
     const double static_bytes = table_.StaticBytes(a, e);

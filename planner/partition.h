@@ -5,9 +5,14 @@
 // Exact means: no other partition (and remat choice) has a shorter step time as the simulator
 // computes it (StepEvaluator is the simulator's step time, bit for bit) under the simulator's own
 // memory peaks. The search is a depth-first branch and bound over stage boundaries:
-//   - remat: a stage rematerializes only when it does not fit without (step time never falls
-//     when a stage recomputes, and a stage's memory does not depend on other stages' remat);
-//     interleaved ranks try every set of chunks to rematerialize;
+//   - remat: a stage rematerializes only when it does not fit without, as little as makes it fit
+//     (a stage's memory does not depend on other stages' remat); interleaved ranks try every
+//     least set of chunks that fits. With a profile that times forwards only as recorded, step
+//     time never falls when a stage recomputes, so this is the fastest remat too. With forwards
+//     timed under no_grad (LayerProfile::forward_no_grad_ms) a remat stage's F is cheaper, and
+//     recomputing more than memory demands can, rarely, shorten a step (1 of 135 feasible random
+//     instances under auto in tests/planner/partition_test.cpp); the search then is exact over
+//     the partitions, each stage recomputing what memory demands;
 //   - bounds: every rank r needs head_r + M x work_r + tail_r (its first forward waits for the
 //     stages before it, its last backward feeds them), a rank cannot start its first backward
 //     before micro-batch 0 went all the way and back, and the all-reduce follows a rank's last

@@ -47,7 +47,7 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
   }
   min_output_from_.assign(layers_ + 1, kInfinity);
   for (int l = layers_ - 2; l >= 0; --l) min_output_from_[l] = std::min(min_output_from_[l + 1], table_.OutputBytes(l));
-  total_forward_ = table_.ForwardMs(0, layers_);
+  total_forward_ = BoundForwardMs(0, layers_);
   total_backward_ = table_.BackwardMs(0, layers_);
   total_input_gradient_ = total_backward_ - table_.WeightMs(0, layers_);
 }

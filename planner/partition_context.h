@@ -46,6 +46,12 @@ class PartitionContext {
     const double tail = calibration_ ? calibration_->TailMs(param_bytes) : 0.0;
     return (p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0) + tail;
   }
+  // A lower bound on any forward F of layers [a, e) as one stage: the recorded forward, or,
+  // where the policy lets a stage recompute, each layer's cheaper of its recorded and no-grad
+  // forwards (a remat stage's F runs the layers it recomputes under no_grad).
+  double BoundForwardMs(int a, int e) const {
+    return p_.remat == RematPolicy::kOff ? table_.ForwardMs(a, e) : table_.LeastForwardMs(a, e);
+  }
   // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
   // REQUIRES: UseShape.
   double Peak(int rank, const StageCost* const* costs) const {
@@ -76,7 +82,7 @@ class PartitionContext {
   std::vector<Ring> rings_;  // each rank's all-reduce ring over the replicas
   // min_output_from_[l]: the smallest message a boundary after layer l or later can carry.
   std::vector<double> min_output_from_;
-  double total_forward_ = 0;
+  double total_forward_ = 0;  // BoundForwardMs over all layers
   double total_backward_ = 0;
   double total_input_gradient_ = 0;
 };

@@ -145,11 +145,12 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
   return chains;
 }
 
-// Per layer, the time of each op (I = B - W).
+// Per layer, the time of each op (I = B - W; F the least a forward of the layer costs, as a
+// remat stage may run it under no_grad).
 std::vector<std::array<double, kOps>> LayerTimes(const LayerTable& table) {
   std::vector<std::array<double, kOps>> times(table.num_layers());
   for (int l = 0; l < table.num_layers(); ++l) {
-    const double f = table.ForwardMs(l, l + 1), b = table.BackwardMs(l, l + 1), w = table.WeightMs(l, l + 1);
+    const double f = table.LeastForwardMs(l, l + 1), b = table.BackwardMs(l, l + 1), w = table.WeightMs(l, l + 1);
     times[l] = {f, b, std::max(0.0, b - w), w, table.ParamBytes(l, l + 1)};
   }
   return times;

@@ -47,8 +47,11 @@ std::vector<int> Divisors(int64_t n) {
 double CheapBound(const PartitionProblem& problem) {
   double work = 0, heaviest = 0;
   for (const LayerProfile& layer : problem.profile->layers) {
-    work += layer.forward_ms + layer.backward_ms;
-    heaviest = std::max(heaviest, layer.forward_ms + layer.backward_ms);
+    // (a remat stage runs the forward of the layers it recomputes under no_grad)
+    const double forward = problem.remat == RematPolicy::kOff ? layer.forward_ms
+                                                               : std::min(layer.forward_ms, layer.ForwardNoGradMs());
+    work += forward + layer.backward_ms;
+    heaviest = std::max(heaviest, forward + layer.backward_ms);
   }
   double scale = static_cast<double>(problem.global_batch) /
                  (static_cast<double>(problem.replicas) * problem.microbatches) /

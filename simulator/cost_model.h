@@ -22,6 +22,9 @@
 namespace gpipe {
 
 struct StageCost {
+  /// The forward action F. A stage that recomputes runs the layers it recomputes under no_grad
+  /// here (keeping nothing, recording no graph): their no-grad forward (LayerProfile::
+  /// forward_no_grad_ms), the rest as recorded.
   double forward_ms = 0;
   /// Full backward (input and weight gradients).
   double backward_ms = 0;
@@ -31,10 +34,12 @@ struct StageCost {
   /// The stage recomputes a forward in its backward: all its layers', or with `partial_remat`
   /// only its first layers'.
   bool remat = false;
-  /// Only the stage's first layers recompute (StagePlan::remat_layers); what they cost:
+  /// Only the stage's first layers recompute (StagePlan::remat_layers).
   bool partial_remat = false;
-  /// their forward, the activations they keep without remat, and the tensor leaving the last of
-  /// them (the input of the layers that keep their activations, held with those).
+  /// What the recomputed layers cost: their forward as the backward recomputes it, with autograd
+  /// recording (set whenever `remat`), and under partial remat the activations they keep without
+  /// remat and the tensor leaving the last of them (the input of the layers that keep their
+  /// activations, held with those).
   double remat_forward_ms = 0;
   double remat_activation_bytes = 0;
   double remat_boundary_bytes = 0;
@@ -76,7 +81,7 @@ struct StageCost {
     return partial_remat ? input_bytes + remat_boundary_bytes + (activation_bytes - remat_activation_bytes) : input_bytes;
   }
   /// The forward pass recomputed before a backward (0 without remat).
-  double recompute_ms() const { return !remat ? 0.0 : partial_remat ? remat_forward_ms : forward_ms; }
+  double recompute_ms() const { return remat ? remat_forward_ms : 0.0; }
   /// The activations that recompute brings back for one micro-batch's backward (0 without remat).
   double recomputed_bytes() const { return !remat ? 0.0 : partial_remat ? remat_activation_bytes : activation_bytes; }
 };

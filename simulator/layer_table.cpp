@@ -16,10 +16,13 @@ LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer
       factor_(StaticBytesPerParamByte(optimizer)) {
   const int layers = profile.num_layers();
   f_.assign(layers + 1, 0.0);
-  b_ = w_ = act_ = param_ = f_;
+  b_ = w_ = act_ = param_ = no_grad_ = least_ = f_;
   for (int l = 0; l < layers; ++l) {
     const LayerProfile& layer = profile.layers[l];
     f_[l + 1] = f_[l] + layer.forward_ms;
+    no_grad_[l + 1] = no_grad_[l] + layer.ForwardNoGradMs();
+    least_[l + 1] = least_[l] + std::min(layer.forward_ms, layer.ForwardNoGradMs());
+    no_grad_differs_ = no_grad_differs_ || layer.ForwardNoGradMs() != layer.forward_ms;
     b_[l + 1] = b_[l] + layer.backward_ms;
     w_[l + 1] = w_[l] + layer.backward_weight_ms.value_or(0.0);
     act_[l + 1] = act_[l] + static_cast<double>(layer.activation_bytes);
@@ -68,6 +71,7 @@ void LayerTable::StageBuilder::Extend() {
   const LayerProfile& layer = table_->profile_->layers[end_];
   const double weight = layer.backward_weight_ms.value_or(0.0);
   forward_ += layer.forward_ms;
+  forward_no_grad_ += layer.ForwardNoGradMs();
   backward_ += layer.backward_ms;
   weight_ += weight;
   input_gradient_ += layer.backward_input_ms.value_or(layer.backward_ms - weight);
@@ -114,14 +118,22 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
   const double forward_overhead = table_->forward_overhead_ms_, backward_overhead = table_->backward_overhead_ms_;
   StageCost c;
   c.remat = layers > 0;
-  if (layers > 0 && layers < end_ - first_) {
+  // F runs the recomputed layers under no_grad and the rest recording; the backward recomputes
+  // the first ones recording.
+  c.forward_ms = forward_ * time + forward_overhead;
+  if (layers == end_ - first_) {
+    c.forward_ms = forward_no_grad_ * time + forward_overhead;
+    c.remat_forward_ms = forward_ * time + forward_overhead;
+  } else if (layers > 0) {
     const int boundary = first_ + layers;
     c.partial_remat = true;
+    if (table_->no_grad_forward_differs()) {
+      c.forward_ms = table_->ForwardNoGradMs(first_, boundary) + table_->ForwardMs(boundary, end_) + forward_overhead;
+    }
     c.remat_forward_ms = table_->ForwardMs(first_, boundary) + forward_overhead;
     c.remat_activation_bytes = table_->ActivationBytes(first_, boundary);
     c.remat_boundary_bytes = table_->OutputBytes(boundary - 1);
   }
-  c.forward_ms = forward_ * time + forward_overhead;
   c.backward_ms = backward_ * time + backward_overhead;
   c.backward_weight_ms = weight_ * time + backward_overhead;
   c.backward_input_ms = input_gradient_ * time + backward_overhead;

@@ -46,7 +46,7 @@ class LayerTable {
     const LayerTable* table_;
     int first_;
     int end_;
-    double forward_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
+    double forward_ = 0, forward_no_grad_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
     // Workspaces: the largest forward one; the largest backward one of the layers before the
     // last, each its inner workspace (the gradient of its output handed to autograd) above that
     // gradient; the last layer's, the gradient it received held throughout. A full
@@ -78,7 +78,16 @@ class LayerTable {
 
   // Prefix-sum estimates, for bounds.
   // (Without the per-action overheads: lower bounds.)
+  /// The forward with autograd recording (a stage that keeps its activations; a recompute).
   double ForwardMs(int first, int end) const { return time_scale_ * (f_[end] - f_[first]); }
+  /// The forward under no_grad (a remat stage's F of the layers it recomputes).
+  double ForwardNoGradMs(int first, int end) const { return time_scale_ * (no_grad_[end] - no_grad_[first]); }
+  /// The least any F of these layers costs, remat or not: each layer's smaller forward. Bounds
+  /// use it where a stage may recompute.
+  double LeastForwardMs(int first, int end) const { return time_scale_ * (least_[end] - least_[first]); }
+  /// Whether some layer's no-grad forward differs from its recorded one (else a remat stage's F
+  /// costs what it costs without remat, summed as without).
+  bool no_grad_forward_differs() const { return no_grad_differs_; }
   double BackwardMs(int first, int end) const { return time_scale_ * (b_[end] - b_[first]); }
   double WeightMs(int first, int end) const { return time_scale_ * (w_[end] - w_[first]); }
   double ActivationBytes(int first, int end) const { return scale_ * (act_[end] - act_[first]); }
@@ -107,8 +116,9 @@ class LayerTable {
   bool sends_held_ = false;
   // Whether the profile measured workspaces (some layer's is not 0); without, stages have none.
   bool workspaces_ = false;
+  bool no_grad_differs_ = false;
   double factor_;
-  std::vector<double> f_, b_, w_, act_, param_;
+  std::vector<double> f_, no_grad_, least_, b_, w_, act_, param_;
   // Per layer, for each tied parameter it holds that an earlier layer holds too: that nearest
   // earlier layer and the bytes (a stage reaching back to it counts the bytes once). Empty
   // without tied parameters.

@@ -138,6 +138,35 @@ TEST(ProfileSizesTest, TheFiguresMeasuredAsInsideAStageFollowTheSizesWhereMeasur
   EXPECT_FALSE(ProfileFromJson(bad, "p.json").ok());
 }
 
+// The forward under no_grad (what a remat stage's forward runs) follows the sizes where every
+// size measured it, and is absent where one did not (it then costs the recorded forward).
+TEST(ProfileSizesTest, TheNoGradForwardFollowsTheSizes) {
+  Profile p = TwoSizes();
+  p.layers[0].forward_no_grad_ms = 3;
+  p.extra["measurements"][0]["layers"][0]["forward_no_grad"] = {{"median_ms", 3}};
+  p.extra["measurements"][1]["layers"][0]["forward_no_grad"] = {{"median_ms", 4}};
+  EXPECT_DOUBLE_EQ(*ProfileAtMicrobatch(p, 8).layers[0].forward_no_grad_ms, 4);
+  EXPECT_DOUBLE_EQ(*ProfileAtMicrobatch(p, 6).layers[0].forward_no_grad_ms, 3.5);
+  EXPECT_DOUBLE_EQ(*ProfileAtMicrobatch(p, 16).layers[0].forward_no_grad_ms, 6);
+  // Round trip through the file.
+  Expected<Profile> read = ProfileFromJson(ProfileToJson(p), "p.json");
+  ASSERT_TRUE(read.ok()) << read.status().message();
+  EXPECT_DOUBLE_EQ(*read->layers[0].forward_no_grad_ms, 3);
+  EXPECT_DOUBLE_EQ(*ProfileAtMicrobatch(*read, 6).layers[0].forward_no_grad_ms, 3.5);
+
+  p.extra["measurements"][1]["layers"][0].erase("forward_no_grad");
+  const Profile at6 = ProfileAtMicrobatch(p, 6);
+  EXPECT_FALSE(at6.layers[0].forward_no_grad_ms.has_value());
+  EXPECT_DOUBLE_EQ(at6.layers[0].ForwardNoGradMs(), 5);
+  Profile one = TwoSizes();
+  one.extra.erase("measurements");
+  one.layers[0].forward_no_grad_ms = 3;
+  EXPECT_DOUBLE_EQ(*ProfileAtMicrobatch(one, 2).layers[0].forward_no_grad_ms, 1.5);
+  nlohmann::json negative = ProfileToJson(one);
+  negative["layers"][0]["forward_no_grad_ms"] = -1;
+  EXPECT_NE(ProfileFromJson(negative, "p.json").status().message().find("forward_no_grad_ms"), std::string::npos);
+}
+
 TEST(ProfileSizesTest, OneSizeScalesLinearly) {
   Profile one = TwoSizes();
   one.extra.erase("measurements");

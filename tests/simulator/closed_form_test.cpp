@@ -121,9 +121,16 @@ TEST(ClosedForm, RematAddsOneForwardPerBackward) {
   for (int k : {1, 2, 4}) {
     for (int m : {1, 4, 8}) {
       CostModel costs = UniformCostModel(k, k, 1.0, 2.0);
-      for (auto& stage : costs.stages) stage.remat = true;
+      for (auto& stage : costs.stages) {
+        stage.remat = true;
+        stage.remat_forward_ms = 1.0;  // the recomputed forward, recording
+      }
       const SimResult r = RunSchedule(ScheduleKind::kGpipe, k, k, m, costs);
       EXPECT_NEAR(r.step_time_ms, (m + k - 1) * (1.0 + 2.0 + 1.0), kTolerance);
+      // A remat stage's forward under no_grad may cost less than the one its backward recomputes.
+      for (auto& stage : costs.stages) stage.forward_ms = 0.5;
+      const SimResult cheaper = RunSchedule(ScheduleKind::kGpipe, k, k, m, costs);
+      EXPECT_NEAR(cheaper.step_time_ms, (m + k - 1) * (0.5 + 2.0 + 1.0), kTolerance);
     }
   }
 }

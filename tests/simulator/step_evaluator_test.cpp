@@ -32,6 +32,7 @@ TEST(StepEvaluator, EqualsTheSimulatorExactly) {
         c.backward_weight_ms = c.backward_ms * 0.4;
         c.backward_input_ms = c.backward_ms - c.backward_weight_ms;
         c.remat = rng() % 2 == 0;
+        if (c.remat) c.remat_forward_ms = c.forward_ms * (1.0 + 0.5 * (rng() % 2));  // recording; F may run no_grad
         c.input_bytes = bytes(rng);
         c.output_bytes = bytes(rng);
       }

@@ -22,6 +22,7 @@ Timeline SmallTimeline() {
     stage.activation_bytes = 100;
   }
   costs.stages[1].remat = true;
+  costs.stages[1].remat_forward_ms = costs.stages[1].forward_ms;
   for (auto& row : costs.links) {
     for (Link& link : row) link = Link{1e9, 0.1};
   }
