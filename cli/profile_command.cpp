@@ -174,16 +174,19 @@ class ProfileCommand : public Command {
 
   static void Summary(const executor::SizeMeasurement& size, std::ostream& out) {
     std::vector<const executor::LayerMeasurement*> layers;
-    double sum = 0;
+    double sum = 0, forward = 0, no_grad = 0;
     for (const auto& m : size.layers) {
       layers.push_back(&m);
       sum += m.forward.median_ms + m.backward.median_ms;
+      forward += m.forward.median_ms;
+      no_grad += m.forward_no_grad.median_ms;
     }
     out << "\nmicro-batch " << size.microbatch_size << ": " << size.layers.size() << " layers\n";
-    out << Pad("layer", 14) << Pad("forward", 18) << Pad("backward", 18) << Pad("weight grad", 12)
-        << Pad("params", 11) << Pad("activations", 12) << "output\n";
+    out << Pad("layer", 14) << Pad("forward", 18) << Pad("no_grad fwd", 12) << Pad("backward", 18)
+        << Pad("weight grad", 12) << Pad("params", 11) << Pad("activations", 12) << "output\n";
     for (const auto& m : size.layers) {
       out << Pad(m.name, 14) << Pad(Sprintf("%.3f ±%.3f ms", m.forward.median_ms, m.forward.spread_ms), 18)
+          << Pad(Sprintf("%.3f ms", m.forward_no_grad.median_ms), 12)
           << Pad(Sprintf("%.3f ±%.3f ms", m.backward.median_ms, m.backward.spread_ms), 18)
           << Pad(Sprintf("%.3f ms", m.backward_weight.median_ms), 12) << Pad(FormatBytes(static_cast<double>(m.param_bytes)), 11)
           << Pad(FormatBytes(static_cast<double>(m.activation_bytes)), 12) << FormatBytes(static_cast<double>(m.output_bytes))
@@ -206,6 +209,10 @@ class ProfileCommand : public Command {
     out << Sprintf("\nsum of layers (forward + backward) %.3f ms; whole model measured %.3f ±%.3f ms (%+.1f%%)\n", sum,
                    size.whole_model.median_ms, size.whole_model.spread_ms,
                    100 * (sum - size.whole_model.median_ms) / size.whole_model.median_ms);
+    if (forward > 0) {
+      out << Sprintf("forwards under no_grad (a remat stage's forward of the layers it recomputes): %.3f ms, %.0f%% of "
+                     "the recorded %.3f ms\n", no_grad, 100 * no_grad / forward, forward);
+    }
   }
 #endif
 
