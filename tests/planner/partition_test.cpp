@@ -138,8 +138,9 @@ struct Tally {
 // With `no_grad` the layers' forwards under no_grad are cheaper than recorded: a remat stage's F
 // costs less, and recomputing more than memory demands can shorten a step. The planner
 // recomputes only what memory demands, so where the policy leaves a choice (kStages, kAuto) the
-// brute force over every choice may beat it; there its bounds must still hold below the
-// brute force's best, and its plan simulate to what it claims.
+// brute force over every choice may beat it; there its root bound must still hold below the
+// brute force's best, a stopped search's below the planner's optimum, and its plan simulate to
+// what it claims.
 void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int max_extra_layers, Tally* tally,
                            bool no_grad = false) {
   std::mt19937 rng(seed);
@@ -213,17 +214,23 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
         EXPECT_TRUE(found->proven_optimal) << label;
         // Sound bounds: the root's, and what a search stopped at once node proves, never exceed
         // the optimum; a finished search proves its optimum exactly.
+        // (The root bound prices every remat choice at its least, so it holds below the brute force's
+        // best whatever the policy; a stopped search's bound is over the planner's own remat rule.)
+        const bool exact = !(no_grad && choice);
         const double tolerance = 1 + 1e-9;
         EXPECT_LE(PartitionLowerBound(problem), brute.step * tolerance) << label;
         PartitionProblem stopped = problem;
         stopped.max_nodes = 1;
         Expected<PartitionResult> early = FindBestPartition(stopped);
         ASSERT_TRUE(early.ok()) << early.status().message();
-        EXPECT_LE(early->lower_bound_ms, brute.step * tolerance) << label;
+        if (exact) {
+          EXPECT_LE(early->lower_bound_ms, brute.step * tolerance) << label;
+        } else if (found->plan) {
+          EXPECT_LE(early->lower_bound_ms, found->step_time_ms * tolerance) << label;
+        }
         if (early->plan) {
           EXPECT_GE(early->step_time_ms, brute.step / tolerance) << label;
         }
-        const bool exact = !(no_grad && choice);
         if (brute.step == kInf) {
           EXPECT_EQ(found->lower_bound_ms, kInf) << label;
         } else if (exact) {
