@@ -71,7 +71,6 @@ void LayerTable::StageBuilder::Extend() {
   const LayerProfile& layer = table_->profile_->layers[end_];
   const double weight = layer.backward_weight_ms.value_or(0.0);
   forward_ += layer.forward_ms;
-  forward_no_grad_ += layer.ForwardNoGradMs();
   backward_ += layer.backward_ms;
   weight_ += weight;
   input_gradient_ += layer.backward_input_ms.value_or(layer.backward_ms - weight);
@@ -121,18 +120,17 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
   // F runs the recomputed layers under no_grad and the rest recording; the backward recomputes
   // the first ones recording.
   c.forward_ms = forward_ * time + forward_overhead;
-  if (layers == end_ - first_) {
-    c.forward_ms = forward_no_grad_ * time + forward_overhead;
-    c.remat_forward_ms = forward_ * time + forward_overhead;
-  } else if (layers > 0) {
+  if (layers > 0) {
     const int boundary = first_ + layers;
-    c.partial_remat = true;
+    c.partial_remat = boundary < end_;
     if (table_->no_grad_forward_differs()) {
       c.forward_ms = table_->ForwardNoGradMs(first_, boundary) + table_->ForwardMs(boundary, end_) + forward_overhead;
     }
-    c.remat_forward_ms = table_->ForwardMs(first_, boundary) + forward_overhead;
-    c.remat_activation_bytes = table_->ActivationBytes(first_, boundary);
-    c.remat_boundary_bytes = table_->OutputBytes(boundary - 1);
+    c.remat_forward_ms = (c.partial_remat ? table_->ForwardMs(first_, boundary) : forward_ * time) + forward_overhead;
+    if (c.partial_remat) {
+      c.remat_activation_bytes = table_->ActivationBytes(first_, boundary);
+      c.remat_boundary_bytes = table_->OutputBytes(boundary - 1);
+    }
   }
   c.backward_ms = backward_ * time + backward_overhead;
   c.backward_weight_ms = weight_ * time + backward_overhead;

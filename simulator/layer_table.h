@@ -46,7 +46,7 @@ class LayerTable {
     const LayerTable* table_;
     int first_;
     int end_;
-    double forward_ = 0, forward_no_grad_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
+    double forward_ = 0, backward_ = 0, weight_ = 0, input_gradient_ = 0, activation_ = 0, params_ = 0;
     // Workspaces: the largest forward one; the largest backward one of the layers before the
     // last, each its inner workspace (the gradient of its output handed to autograd) above that
     // gradient; the last layer's, the gradient it received held throughout. A full
