@@ -196,6 +196,17 @@ def main():
     print(f"uncalibrated |peak-memory error| (largest rank): {stats([r['peak_memory_error'] for r in rows])}")
     print(f"calibrated on M in {sorted(calibrate_on)}, held out: "
           f"{stats([abs(r['calibrated_step_error']) for r in rows if r['calibrated_step_error'] is not None])}")
+    # By layout: the errors differ most between layouts (ranks per node against the node's cores).
+    layouts = {}
+    for r in rows:
+        k, d = (int(part[1:]) for part in r["config"].split("-")[:2])
+        layouts.setdefault((k, d), []).append(r)
+    summary["by_layout"] = {}
+    for (k, d), group in sorted(layouts.items()):
+        errors = [abs(r["step_error"]) for r in group]
+        summary["by_layout"][f"K={k} D={d}"] = {"median": statistics.median(errors), "largest": max(errors),
+                                                 "configurations": len(group)}
+        print(f"  K={k} D={d} ({k * d} rank{'s' if k * d > 1 else ''}): |step-time error| {stats(errors)}")
     if "pick" in best and rows:
         fastest = min(rows, key=lambda r: r["measured_ms"])
         pick = json.load(open(out("pick-plan.json")))
