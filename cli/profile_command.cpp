@@ -122,8 +122,7 @@ class ProfileCommand : public Command {
                             JoinSizes(*probe_sizes) + " (by_microbatch_size; the top level is " +
                             std::to_string(profile.microbatch_size) + "'s); "
                             "action_gap_ms and send_ms: the same runs' time between actions per forward or backward action, and "
-                            "per send; replica_compute_scale: n replicas of the whole model (K=1, D=n, 2 micro-batches) "
-                            "side by side, n up to the ranks the node computes at once, over one rank in the same round";
+                            "per send";
     }
     profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
@@ -152,20 +151,9 @@ class ProfileCommand : public Command {
         out << "\n  " << at.microbatch_size << " samples:";
         scales(at.compute_scale);
       }
-      if (!costs.replica_compute_scale.empty()) {
-        out << "\ncompute as n replicas side by side (plans of one stage), per micro-batch size:";
-        for (const ColocatedAtSize& at : costs.by_microbatch_size) {
-          out << "\n  " << at.microbatch_size << " samples:";
-          scales(at.replica_compute_scale);
-        }
-      }
     } else {
       out << "\ncompute as pipelines of n ranks on the node, against the profile:";
       scales(costs.compute_scale);
-      if (!costs.replica_compute_scale.empty()) {
-        out << "\ncompute as n replicas side by side (plans of one stage):";
-        scales(costs.replica_compute_scale);
-      }
     }
     if (!costs.send_ms.empty()) {
       out << "\na send occupies its rank, n ranks" << own_size << ":";

@@ -69,19 +69,13 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
     std::string plan_path;
     std::string stem;
   };
-  // counts[s][n - 1]: size s, n ranks as a pipeline; replica_counts[s][n - 2]: n replicas of one
-  // stage, for n = 2 up to the ranks the node computes at once.
+  // counts[s][n - 1]: size s, n ranks.
   std::vector<std::vector<Count>> counts(sizes.size());
-  std::vector<std::vector<Count>> replica_counts(sizes.size());
-  const int most_replicas = std::min(request.max_ranks_per_node, request.concurrent_ranks);
   for (size_t s = 0; s < sizes.size(); ++s) {
     Profile profile = ProfileAtMicrobatch(request.profile, sizes[s]);
     profile.step_costs.reset();
-    for (int i = 1; i <= request.max_ranks_per_node + std::max(0, most_replicas - 1); ++i) {
-      // i <= max_ranks_per_node: the pipeline of i ranks; past it, replicas (K=1, D=n).
-      const bool as_replicas = i > request.max_ranks_per_node;
-      const int n = as_replicas ? i - request.max_ranks_per_node + 1 : i;
-      const int stages = as_replicas ? 1 : StagesFor(n, profile.num_layers());
+    for (int n = 1; n <= request.max_ranks_per_node; ++n) {
+      const int stages = StagesFor(n, profile.num_layers());
       const int replicas = n / stages;
       const int microbatches = 2 * stages;
       SearchRequest plan;
@@ -100,46 +94,29 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
       Count count;
       count.what = std::to_string(n) + " rank" + (n == 1 ? "" : "s") + " (K=" + std::to_string(stages) +
                    ", D=" + std::to_string(replicas) + ") at micro-batches of " + std::to_string(sizes[s]);
-      count.stem = request.dir + "/mb" + std::to_string(sizes[s]) + (as_replicas ? "-replicas-" : "-ranks-") +
-                   std::to_string(n);
+      count.stem = request.dir + "/mb" + std::to_string(sizes[s]) + "-ranks-" + std::to_string(n);
       Expected<std::string> plan_path = WritePlan(plan, count.stem);
       if (!plan_path.ok()) return plan_path.status().WithContext("planning the pipeline probe of " + count.what);
       made.push_back(*plan_path);
       count.plan_path = *plan_path;
-      (as_replicas ? replica_counts : counts)[s].push_back(std::move(count));
+      counts[s].push_back(std::move(count));
     }
   }
   // Round after round over every size and count, so that the counts of a round run seconds apart.
-  // rounds[s][r][n - 1]; replica_rounds[s][r]: the round's one-rank run, then its replica runs.
-  using Rounds = std::vector<std::vector<std::vector<ProbeFigures>>>;
-  const auto empty_rounds = [&] {
-    return Rounds(sizes.size(), std::vector<std::vector<ProbeFigures>>(static_cast<size_t>(request.rounds)));
-  };
-  Rounds rounds = empty_rounds(), replica_rounds = empty_rounds();
-  const auto measure = [&](const Count& count, int round) -> Expected<ProbeFigures> {
-    const std::string run_stem = count.stem + ".round" + std::to_string(round + 1);
-    made.push_back(run_stem + ".run.json");
-    made.push_back(run_stem + ".log");
-    Expected<CalibrationRun> run = RunPlanHere(count.plan_path, request.model_path, request.steps, run_stem, progress);
-    if (!run.ok()) return run.status().WithContext("running the pipeline probe of " + count.what);
-    Expected<ProbeFigures> figures = FiguresOfRun(*run, request);
-    if (!figures.ok()) return figures.status().WithContext("the pipeline probe of " + count.what);
-    return figures;
-  };
+  // rounds[s][r][n - 1].
+  std::vector<std::vector<std::vector<ProbeFigures>>> rounds(
+      sizes.size(), std::vector<std::vector<ProbeFigures>>(static_cast<size_t>(request.rounds)));
   for (int round = 0; round < request.rounds; ++round) {
-    const size_t r = static_cast<size_t>(round);
     for (size_t s = 0; s < sizes.size(); ++s) {
       for (const Count& count : counts[s]) {
-        Expected<ProbeFigures> figures = measure(count, round);
-        if (!figures.ok()) return figures.status();
-        rounds[s][r].push_back(*figures);
-      }
-      if (replica_counts[s].empty()) continue;
-      replica_rounds[s][r].push_back(rounds[s][r][0]);
-      for (const Count& count : replica_counts[s]) {
-        Expected<ProbeFigures> figures = measure(count, round);
-        if (!figures.ok()) return figures.status();
-        replica_rounds[s][r].push_back(*figures);
+        const std::string run_stem = count.stem + ".round" + std::to_string(round + 1);
+        made.push_back(run_stem + ".run.json");
+        made.push_back(run_stem + ".log");
+        Expected<CalibrationRun> run = RunPlanHere(count.plan_path, request.model_path, request.steps, run_stem, progress);
+        if (!run.ok()) return run.status().WithContext("running the pipeline probe of " + count.what);
+        Expected<ProbeFigures> figures = FiguresOfRun(*run, request);
+        if (!figures.ok()) return figures.status().WithContext("the pipeline probe of " + count.what);
+        rounds[s][static_cast<size_t>(round)].push_back(*figures);
       }
     }
   }
@@ -165,20 +142,8 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
       progress << ", " << Format("%.3f", factors->action_gap_ms[i].median) << " ms between actions per forward or backward, "
                << Format("%.3f", factors->send_ms[i].median) << " ms per send\n";
     }
-    ColocatedAtSize at{sizes[s], std::move(factors->compute_scale), std::move(factors->action_gap_ms),
-                       std::move(factors->send_ms), {}};
-    if (!replica_counts[s].empty()) {
-      // Replicas compute at every moment but the all-reduce's: their average is the factor.
-      Expected<ProbeFactors> replicas = CombineProbeRounds(replica_rounds[s], request.one_rank_scale);
-      if (!replicas.ok()) return replicas.status().WithContext("replicas at micro-batches of " + std::to_string(sizes[s]));
-      at.replica_compute_scale = std::move(replicas->compute_scale);
-      for (size_t i = 0; i < replica_counts[s].size(); ++i) {
-        progress << "  " << replica_counts[s][i].what << ": compute "
-                 << Format("%.3f", at.replica_compute_scale[i + 1].median) << "x the profile, all " << i + 2
-                 << " computing side by side\n";
-      }
-    }
-    result.push_back(std::move(at));
+    result.push_back({sizes[s], std::move(factors->compute_scale), std::move(factors->action_gap_ms),
+                      std::move(factors->send_ms)});
   }
   // File by file: std::filesystem::remove_all resolves to libtorch's copy, which crashes here.
   for (const std::string& path : made) std::filesystem::remove(path, ec);

@@ -61,7 +61,6 @@ std::vector<ColocatedAtSize> ReadBySize(ObjectReader& r, Status* status) {
     at.compute_scale = ReadMeasuredList(e, "compute_scale", status, true);
     at.action_gap_ms = ReadMeasuredList(e, "action_gap_ms", status, false);
     at.send_ms = ReadMeasuredList(e, "send_ms", status, false);
-    at.replica_compute_scale = ReadMeasuredList(e, "replica_compute_scale", status, true);
     if (!e.status().ok()) {
       *status = e.status();
       break;
@@ -74,12 +73,10 @@ std::vector<ColocatedAtSize> ReadBySize(ObjectReader& r, Status* status) {
     }
     if (!sizes.empty() && (at.compute_scale.size() != sizes[0].compute_scale.size() ||
                            at.action_gap_ms.size() != sizes[0].action_gap_ms.size() ||
-                           at.send_ms.size() != sizes[0].send_ms.size() ||
-                           at.replica_compute_scale.size() != sizes[0].replica_compute_scale.size())) {
+                           at.send_ms.size() != sizes[0].send_ms.size())) {
       *status = Status::Invalid(where + ": measured " + std::to_string(at.compute_scale.size()) +
                                 " counts of ranks, by_microbatch_size[0] " + std::to_string(sizes[0].compute_scale.size()) +
-                                " (every size of one probe measures the same counts, with and without sends and "
-                                "replicas alike)");
+                                " (every size of one probe measures the same counts, with and without sends alike)");
       break;
     }
     sizes.push_back(std::move(at));
@@ -100,7 +97,6 @@ void Take(StepCosts& costs, const ColocatedAtSize& at) {
   costs.compute_scale = at.compute_scale;
   costs.action_gap_ms = at.action_gap_ms;
   costs.send_ms = at.send_ms;
-  costs.replica_compute_scale = at.replica_compute_scale;
 }
 
 }  // namespace
@@ -147,7 +143,6 @@ StepCosts StepCosts::AtMicrobatch(int64_t microbatch_size, std::string* note) co
     out.compute_scale = MixLists(a.compute_scale, b.compute_scale, t);
     out.action_gap_ms = MixLists(a.action_gap_ms, b.action_gap_ms, t);
     out.send_ms = MixLists(a.send_ms, b.send_ms, t);
-    out.replica_compute_scale = MixLists(a.replica_compute_scale, b.replica_compute_scale, t);
     if (note != nullptr) {
       *note = "co-located ranks at micro-batches of " + size + ": interpolated between the probe's " +
               std::to_string(a.microbatch_size) + " and " + std::to_string(b.microbatch_size) + " (in log size)";
@@ -177,7 +172,6 @@ Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::str
   costs.compute_scale = ReadMeasuredList(r, "compute_scale", &status, true);
   costs.action_gap_ms = ReadMeasuredList(r, "action_gap_ms", &status, false);
   costs.send_ms = ReadMeasuredList(r, "send_ms", &status, false);
-  costs.replica_compute_scale = ReadMeasuredList(r, "replica_compute_scale", &status, true);
   costs.by_microbatch_size = ReadBySize(r, &status);
   costs.concurrent_ranks = static_cast<int>(r.OptionalInteger("concurrent_ranks", 1, 1 << 20, 0));
   costs.sends_held = r.OptionalBool("sends_held", false);
@@ -198,16 +192,12 @@ nlohmann::json StepCostsToJson(const StepCosts& costs) {
                          {"sends_held", costs.sends_held}};
   if (!costs.action_gap_ms.empty()) json["action_gap_ms"] = MeasuredListToJson(costs.action_gap_ms);
   if (!costs.send_ms.empty()) json["send_ms"] = MeasuredListToJson(costs.send_ms);
-  if (!costs.replica_compute_scale.empty()) json["replica_compute_scale"] = MeasuredListToJson(costs.replica_compute_scale);
   if (!costs.by_microbatch_size.empty()) {
     nlohmann::json sizes = nlohmann::json::array();
     for (const ColocatedAtSize& at : costs.by_microbatch_size) {
       nlohmann::json entry = {{"microbatch_size", at.microbatch_size}, {"compute_scale", MeasuredListToJson(at.compute_scale)}};
       if (!at.action_gap_ms.empty()) entry["action_gap_ms"] = MeasuredListToJson(at.action_gap_ms);
       if (!at.send_ms.empty()) entry["send_ms"] = MeasuredListToJson(at.send_ms);
-      if (!at.replica_compute_scale.empty()) {
-        entry["replica_compute_scale"] = MeasuredListToJson(at.replica_compute_scale);
-      }
       sizes.push_back(std::move(entry));
     }
     json["by_microbatch_size"] = std::move(sizes);

@@ -33,10 +33,6 @@ struct ColocatedAtSize {
   std::vector<Measured> compute_scale;
   std::vector<Measured> action_gap_ms;
   std::vector<Measured> send_ms;
-  /// Entry n - 1, for n = 1 up to the ranks the node computes at once: the factor while n
-  /// data-parallel replicas of the whole model compute side by side (StepCosts::replica_compute_scale).
-  /// Empty where the probe did not run replicas.
-  std::vector<Measured> replica_compute_scale;
 };
 
 struct StepCosts {
@@ -64,15 +60,6 @@ struct StepCosts {
   /// then stalls for milliseconds. 0 where the run had no sends (one stage). Plans with n ranks per
   /// node use it in place of the cluster's send_overhead_ms.
   std::vector<Measured> send_ms;
-  /// Entry n - 1, for n = 1 up to concurrent_ranks: the executor's forward and backward times when
-  /// n data-parallel replicas (K=1, D=n) compute side by side on the node, over the profile's layer
-  /// times; entry 0 is compute_scale[0]. Every replica computes at every moment but the
-  /// all-reduce's, so this is the factor while n compute, measured directly, where compute_scale's
-  /// is fitted from a pipeline's average (compare/pipeline_probe.h). The two differ: on the 2-core
-  /// machine two pipeline ranks fit 1.10-1.15x one rank (a rank that waited starts cold), two
-  /// replicas ran about 1.0x (bench/RESULTS.md). Plans of one stage use it. Empty in profiles made
-  /// before the probe ran replicas: then compute_scale answers for them too.
-  std::vector<Measured> replica_compute_scale;
   /// How many ranks the profiled node computes at full speed at once: its hardware threads over
   /// the profile's intra-op threads per rank (CPU). Past that, ranks computing at the same moment
   /// share the node's cores (the simulator's core sharing, simulator/cost_model.h). 0: not
@@ -91,8 +78,8 @@ struct StepCosts {
   /// "adam"); an optimizer that was not measured gets no optimizer term.
   Calibration AsCalibration(const std::string& optimizer) const;
 
-  /// These costs for micro-batches of `microbatch_size` samples: compute_scale, action_gap_ms,
-  /// send_ms and replica_compute_scale from by_microbatch_size, the entry at that size; between two probed sizes, each figure
+  /// These costs for micro-batches of `microbatch_size` samples: compute_scale, action_gap_ms and
+  /// send_ms from by_microbatch_size, the entry at that size; between two probed sizes, each figure
   /// interpolated linearly in the logarithm of the size (the slowdown fell about as much from 1 to
   /// 2 samples as from 2 to 8); outside them, the nearest size's. `note`, when given, receives how
   /// ("" when probed at that size or when nothing was probed per size).

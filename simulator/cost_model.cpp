@@ -142,20 +142,12 @@ CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const 
   }
   sharing.static_ranks = 1;
   const double one = calibration->ComputeScale(1);
-  // One stage: every rank on the node is a replica computing the whole model beside the others,
-  // the layout the probe's replica runs measured directly (StepCosts::replica_compute_scale).
-  const std::vector<Measured>& replicas = profile.step_costs->replica_compute_scale;
-  const bool replica_factors = pipeline_ranks == 1 && !replicas.empty();
-  const auto factor = [&](int count) {
-    if (!replica_factors) return calibration->ComputeScale(count);
-    return replicas[std::min(static_cast<size_t>(count), replicas.size()) - 1].median;
-  };
   sharing.active_rate.assign(static_cast<size_t>(pipeline_ranks) + 1, 1.0);
   for (int a = 1; a <= pipeline_ranks; ++a) {
     const double x = static_cast<double>(a) * ranks_per_node / pipeline_ranks;
     const int count = std::clamp(static_cast<int>(std::ceil(x - 1e-9)), 1, capacity);
     const double cores = std::min(1.0, capacity / x);
-    sharing.active_rate[static_cast<size_t>(a)] = std::min(1.0, one / factor(count) * cores);
+    sharing.active_rate[static_cast<size_t>(a)] = std::min(1.0, one / calibration->ComputeScale(count) * cores);
   }
   return sharing;
 }

@@ -179,10 +179,8 @@ int RanksPerNode(const Cluster& cluster, int devices);
 /// one rank's factor, and while x ranks of the node compute each progresses at (f(n) being
 ///   compute_scale[n - 1]) min(1, f(1) / f(min(ceil x, C)) x min(1, C / x))
 /// (the co-located factor of that many, and past C the cores shared evenly). Replicas run in step,
-/// so x = a x (ranks on the node) / K when a of the simulated replica's K ranks compute. A plan of
-/// one stage (K = 1) takes f from the probe's replicas computing side by side
-/// (StepCosts::replica_compute_scale) where the profile has them: its ranks are such replicas. The
-/// rate never exceeds 1, so bounds priced at one rank's factor stay lower bounds.
+/// so x = a x (ranks on the node) / K when a of the simulated replica's K ranks compute. The rate
+/// never exceeds 1, so bounds priced at one rank's factor stay lower bounds.
 struct CoreSharing {
   /// The ranks-per-node count whose factor and overheads the stage times carry: 1 with sharing.
   int static_ranks = 1;

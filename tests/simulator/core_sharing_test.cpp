@@ -8,11 +8,9 @@
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
 #include "core/schedule/placement.h"
-#include "core/schedule/validate.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
 #include "simulator/step_evaluator.h"
-#include "tests/executor/test_plans.h"
 
 namespace gpipe {
 namespace {
@@ -126,44 +124,6 @@ TEST(CoreSharing, RatesFromTheProfilesMeasurements) {
   EXPECT_TRUE(CoreSharingOf(profile, cluster, &calibration, 1, 1).active_rate.empty());
   cluster.calibration = calibration;
   EXPECT_TRUE(CoreSharingOf(profile, cluster, &calibration, 4, 2).active_rate.empty());
-}
-
-TEST(CoreSharing, PlansOfOneStageTakeTheReplicasFactors) {
-  // Pipelines fitted 1.2 for two ranks computing at once; two replicas side by side measured 1.05.
-  Profile profile = ProfileWithStepCosts({1.0, 1.2, 1.5}, 2);
-  profile.step_costs->replica_compute_scale = {{1.0, 0.0}, {1.05, 0.01}};
-  const Calibration calibration = profile.step_costs->AsCalibration("sgd");
-  const Cluster cluster;
-  // K=1, D=2: the one rank computing means both replicas compute.
-  CoreSharing sharing = CoreSharingOf(profile, cluster, &calibration, 2, 1);
-  ASSERT_EQ(sharing.active_rate.size(), 2u);
-  EXPECT_DOUBLE_EQ(sharing.active_rate[1], 1.0 / 1.05);
-  // K=1, D=4 on two cores: the replicas' two-rank factor, the cores shared in halves.
-  EXPECT_DOUBLE_EQ(CoreSharingOf(profile, cluster, &calibration, 4, 1).active_rate[1], 0.5 / 1.05);
-  // K=2, D=1 and K=2, D=2: pipelines keep the pipeline's factor.
-  EXPECT_DOUBLE_EQ(CoreSharingOf(profile, cluster, &calibration, 2, 2).active_rate[2], 1.0 / 1.2);
-  EXPECT_DOUBLE_EQ(CoreSharingOf(profile, cluster, &calibration, 4, 2).active_rate[2], 0.5 / 1.2);
-  // A profile without replicas: one stage takes the pipeline's, as before.
-  profile.step_costs->replica_compute_scale.clear();
-  EXPECT_DOUBLE_EQ(CoreSharingOf(profile, cluster, &calibration, 2, 1).active_rate[1], 1.0 / 1.2);
-}
-
-TEST(CoreSharing, AOneStagePlanOnTwoReplicasIsPricedAtTheReplicasFactor) {
-  // Through the whole cost model: K=1, D=2 on a node computing two at once. The step's compute
-  // is one rank's at one rank's factor, stretched by the replicas' factor over it.
-  Plan plan = executor::testing::EvenPlan(4, ScheduleKind::kGpipe, 1, 1, 2, 2, 8, false, Optimizer::kSgd);
-  Profile measured = ProfileWithStepCosts({1.0, 1.2}, 2);
-  plan.profile.step_costs = measured.step_costs;
-  const auto busy = [&plan] {
-    const Expected<CostModel> costs = BuildCostModel(plan);
-    EXPECT_TRUE(costs.ok()) << costs.status().message();
-    const Expected<Schedule> schedule = BuildSchedule(plan);
-    EXPECT_TRUE(schedule.ok());
-    return Simulate(*schedule, *costs).value().ranks[0].busy_ms;
-  };
-  const double pipeline_priced = busy();
-  plan.profile.step_costs->replica_compute_scale = {{1.0, 0.0}, {1.05, 0.0}};
-  EXPECT_NEAR(busy() / pipeline_priced, 1.05 / 1.2, 1e-9);
 }
 
 }  // namespace
