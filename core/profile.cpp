@@ -12,8 +12,8 @@ namespace gpipe {
 namespace {
 
 const std::set<std::string> kKnownTop = {"format", "model", "device", "microbatch_size",
-                                         "dtype", "input_bytes", "layers", "step_costs",
-                                         "tied_parameters"};
+                                         "dtype", "input_bytes", "rng_state_bytes", "layers",
+                                         "step_costs", "tied_parameters"};
 const std::set<std::string> kKnownTie = {"layers", "bytes", "name"};
 
 // The path of field `key` under `where`, as ObjectReader::Where writes it.
@@ -140,6 +140,7 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
                         ChoicesAndSuggestion(profile.dtype, {"fp32", "bf16", "fp16"}));
   }
   profile.input_bytes = r.OptionalBytes("input_bytes", 0);
+  profile.rng_state_bytes = r.OptionalBytes("rng_state_bytes", 0);
   const nlohmann::json* layers = r.Array("layers");
   if (!r.status().ok()) return r.status();
   if (layers->empty()) {
@@ -191,6 +192,7 @@ nlohmann::json ProfileToJson(const Profile& profile) {
   json["microbatch_size"] = profile.microbatch_size;
   json["dtype"] = profile.dtype;
   json["input_bytes"] = profile.input_bytes;
+  if (profile.rng_state_bytes > 0) json["rng_state_bytes"] = profile.rng_state_bytes;
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerProfile& layer : profile.layers) {
     nlohmann::json l = {{"name", layer.name},

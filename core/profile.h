@@ -137,6 +137,11 @@ struct Profile {
   std::string dtype = "fp32";
   /// Bytes of one micro-batch of the model's input (what the first stage keeps under remat).
   int64_t input_bytes = 0;
+  /// What a stage that recomputes keeps per micro-batch beyond its input: the state of the
+  /// device's default generator, saved at F so that the recompute draws the same dropout masks,
+  /// counted where the device's memory is metered (5,056 bytes on a CPU; a GPU's generator state
+  /// is a host tensor, 0). 0 when not recorded.
+  int64_t rng_state_bytes = 0;
   std::vector<LayerProfile> layers;
   /// What a step costs beyond the layers (optimizer, co-located ranks, per-step overhead), when
   /// the profiler measured it; without it a prediction leaves those out.

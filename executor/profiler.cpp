@@ -15,6 +15,7 @@
 #include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
+#include "executor/rng_state.h"
 #include "executor/split_backward.h"
 
 namespace gpipe::executor {
@@ -364,6 +365,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
   const SizeMeasurement& first = sizes.front();
   profile.microbatch_size = first.microbatch_size;
   profile.input_bytes = first.input_bytes;
+  profile.rng_state_bytes = RngStateBytesOn(settings.device);
   for (const LayerMeasurement& m : first.layers) {
     LayerProfile layer;
     layer.name = m.name;

@@ -4,26 +4,9 @@
 #include <string>
 #include <tuple>
 
+#include "executor/rng_state.h"
+
 namespace gpipe::executor {
-namespace {
-
-// The default generator of `device`, whose state a remat stage replays so that dropout masks of
-// the recomputed forward equal the first ones.
-at::Generator GeneratorOf(const torch::Device& device) { return at::globalContext().defaultGenerator(device); }
-
-torch::Tensor SaveRng(const torch::Device& device) {
-  at::Generator gen = GeneratorOf(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void RestoreRng(const torch::Device& device, const torch::Tensor& state) {
-  at::Generator gen = GeneratorOf(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
-
-}  // namespace
 
 RankWire RankWireOf(const Schedule& schedule, int rank, WirePosting posting) {
   RankWire wire;

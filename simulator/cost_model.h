@@ -43,6 +43,9 @@ struct StageCost {
   double remat_forward_ms = 0;
   double remat_activation_bytes = 0;
   double remat_boundary_bytes = 0;
+  /// Kept with a remat stage's stash per micro-batch: the generator state its recompute replays
+  /// (Profile::rng_state_bytes; 0 without remat).
+  double rng_state_bytes = 0;
   /// Kept for backward per micro-batch without remat (the sum over the stage's layers).
   double activation_bytes = 0;
   /// The stage's input per micro-batch: all that a remat stage keeps.
@@ -74,11 +77,12 @@ struct StageCost {
 
   /// Kept from the forward until the backward: the activations and the stage's input, which the
   /// first layer's graph holds (a profile's activation_bytes counts what a layer allocates, not
-  /// its input); under remat only the input; under partial remat the input, the boundary tensor
-  /// and the activations of the layers after it.
+  /// its input); under remat only the input and the generator state; under partial remat those,
+  /// the boundary tensor and the activations of the layers after it.
   double stash_bytes() const {
     if (!remat) return activation_bytes + input_bytes;
-    return partial_remat ? input_bytes + remat_boundary_bytes + (activation_bytes - remat_activation_bytes) : input_bytes;
+    const double kept = input_bytes + rng_state_bytes;
+    return partial_remat ? kept + remat_boundary_bytes + (activation_bytes - remat_activation_bytes) : kept;
   }
   /// The forward pass recomputed before a backward (0 without remat).
   double recompute_ms() const { return remat ? remat_forward_ms : 0.0; }

@@ -123,6 +123,7 @@ StageCost LayerTable::StageBuilder::CostRecomputing(int layers) const {
   if (layers > 0) {
     const int boundary = first_ + layers;
     c.partial_remat = boundary < end_;
+    c.rng_state_bytes = static_cast<double>(table_->profile_->rng_state_bytes);
     if (table_->no_grad_forward_differs()) {
       c.forward_ms = table_->ForwardNoGradMs(first_, boundary) + table_->ForwardMs(boundary, end_) + forward_overhead;
     }

@@ -76,6 +76,23 @@ TEST(Formats, PlanRoundTripsThroughJson) {
   EXPECT_EQ(PlanToJson(*again), written);
 }
 
+TEST(Formats, AProfilesGeneratorStateBytesRoundTripAndDefaultToNone) {
+  Expected<Plan> plan = PlanFromJson(TinyPlan(), "plan.json", "");
+  ASSERT_TRUE(plan.ok()) << plan.status().message();
+  EXPECT_EQ(plan->profile.rng_state_bytes, 0);
+  EXPECT_FALSE(PlanToJson(*plan)["profile"].contains("rng_state_bytes"));
+  nlohmann::json json = TinyPlan();
+  json["profile"]["rng_state_bytes"] = 5056;
+  Expected<Plan> with = PlanFromJson(json, "plan.json", "");
+  ASSERT_TRUE(with.ok()) << with.status().message();
+  EXPECT_EQ(with->profile.rng_state_bytes, 5056);
+  EXPECT_EQ(PlanToJson(*with)["profile"]["rng_state_bytes"], 5056);
+  json["profile"]["rng_state_bytes"] = -1;
+  Expected<Plan> bad = PlanFromJson(json, "plan.json", "");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("rng_state_bytes"), std::string::npos) << bad.status().message();
+}
+
 TEST(Formats, UnknownFieldsSurviveARewrite) {
   nlohmann::json json = TinyPlan();
   json["prediction"] = {{"step_time_ms", 12.5}};

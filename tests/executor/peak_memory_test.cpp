@@ -140,5 +140,35 @@ TEST(PeakMemoryTest, AZeroBubbleRanksPeakIsTheModelsFromTheProfilersFigures) {
   EXPECT_GT(worst_before, 0.10);
 }
 
+TEST(PeakMemoryTest, ARematRanksStashHoldsTheGeneratorStateItReplays) {
+  // A remat stage saves the device generator's state at each forward (so that dropout repeats in
+  // the recompute), and on a CPU that is 5,056 bytes a micro-batch in the rank's memory. The
+  // small CNN of models/ put its classifier alone on a rank (K=2 D=2 GPipe M=3, remat): 41.98
+  // KiB measured against 29.33 KiB priced without the state (-30.1%).
+  const ModelSpec model = SmallCnn();
+  const Profile profile = Profiled(model);
+  if (profile.rng_state_bytes == 0) GTEST_SKIP() << "the device's generator state is not in its memory";
+  for (ScheduleKind schedule : {ScheduleKind::kGpipe, ScheduleKind::k1F1B}) {
+    SCOPED_TRACE(ScheduleName(schedule));
+    const int microbatches = 4;
+    Plan plan = testing::EvenPlan(model.num_layers(), schedule, 2, 1, microbatches, 1, kMicrobatch * microbatches,
+                                  /*remat=*/true, Optimizer::kAdam);
+    plan.profile = profile;
+    // The second rank: the global pooling and the classifier, a few hundred bytes a micro-batch.
+    plan.stages[0].end_layer = plan.stages[1].first_layer = 4;
+    RunSettings settings;
+    settings.steps = 2;
+    Expected<RunRecord> record = TrainInProcess(plan, model, settings);
+    ASSERT_TRUE(record.ok()) << record.status().message();
+    const std::vector<double> errors = PeakErrors(plan, *record);
+    // Measured here: the small rank -0.4% under GPipe (-32.5% without the state), -0.9% under
+    // 1F1B (-16.9%: it holds one micro-batch at a time).
+    for (double error : errors) EXPECT_LT(std::abs(error), 0.05) << error;
+    Plan without = plan;
+    without.profile.rng_state_bytes = 0;
+    EXPECT_LT(PeakErrors(without, *record).back(), -0.12) << errors.back();
+  }
+}
+
 }  // namespace
 }  // namespace gpipe::executor

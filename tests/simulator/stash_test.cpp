@@ -66,5 +66,24 @@ TEST(Stash, UnderRematAStageHoldsOnlyItsInput) {
   EXPECT_EQ(StashOf(0, 5, true), kTokenIds);
 }
 
+TEST(Stash, UnderRematAStageAlsoHoldsTheGeneratorStateItReplays) {
+  // The profile's rng_state_bytes: per micro-batch, with remat only (a CPU generator's 5,056).
+  Expected<Plan> plan = LoadPlan(std::string(GPIPE_SOURCE_DIR) + "/profiles/plans/gpt3-13b-8xa100-1f1b.json");
+  ASSERT_TRUE(plan.ok());
+  plan->profile.rng_state_bytes = 5056;
+  const int layers = plan->profile.num_layers();
+  plan->stages = {{0, 6, 0, false}, {6, 11, 1, true}, {11, layers, 2, false}};
+  plan->stages[2].remat_layers = 2;
+  plan->stages[2].remat = true;
+  Expected<CostModel> costs = BuildCostModel(*plan);
+  ASSERT_TRUE(costs.ok()) << costs.status().message();
+  EXPECT_EQ(costs->stages[0].stash_bytes(), StashOf(0, 6, false));
+  EXPECT_EQ(costs->stages[1].stash_bytes(), kHidden + 5056);
+  const StageCost& partial = costs->stages[2];
+  ASSERT_TRUE(partial.partial_remat);
+  EXPECT_EQ(partial.stash_bytes(), partial.input_bytes + 5056 + partial.remat_boundary_bytes +
+                                       partial.activation_bytes - partial.remat_activation_bytes);
+}
+
 }  // namespace
 }  // namespace gpipe
