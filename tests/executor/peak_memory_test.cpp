@@ -50,6 +50,23 @@ Profile Profiled(const ModelSpec& model) {
   return ProfileFromMeasurements(model, settings, *sizes);
 }
 
+// The small CNN on `ranks` ranks (K = 2: stage 1 begins at layer `cut`), `microbatches` of
+// kMicrobatch, Adam, priced with `profile`.
+Plan CnnPlan(const Profile& profile, ScheduleKind schedule, int ranks, int microbatches, int cut, bool remat) {
+  Plan plan = testing::EvenPlan(profile.num_layers(), schedule, ranks, 1, microbatches, 1, kMicrobatch * microbatches,
+                                remat, Optimizer::kAdam);
+  plan.profile = profile;
+  if (ranks == 2) plan.stages[0].end_layer = plan.stages[1].first_layer = cut;
+  return plan;
+}
+
+// Two steps of `plan`, its ranks in this process.
+Expected<RunRecord> TwoSteps(const Plan& plan, const ModelSpec& model) {
+  RunSettings settings;
+  settings.steps = 2;
+  return TrainInProcess(plan, model, settings);
+}
+
 // Each rank's predicted peak over its measured one, less one, in pipeline-rank order.
 std::vector<double> PeakErrors(const Plan& plan, const RunRecord& record) {
   Expected<Schedule> schedule = BuildSchedule(plan);
@@ -75,14 +92,8 @@ TEST(PeakMemoryTest, ARankThatKeepsItsActivationsPeaksWhereTheModelSays) {
     // activations, the rank was 3.3% under with GPipe).
     for (int ranks : {1, 2}) {
       SCOPED_TRACE(std::string(ScheduleName(schedule)) + ", K=" + std::to_string(ranks));
-      const int microbatches = 2 * ranks;
-      Plan plan = testing::EvenPlan(model.num_layers(), schedule, ranks, 1, microbatches, 1,
-                                    kMicrobatch * microbatches, /*remat=*/false, Optimizer::kAdam);
-      plan.profile = profile;
-      if (ranks == 2) plan.stages[0].end_layer = plan.stages[1].first_layer = 2;
-      RunSettings settings;
-      settings.steps = 2;
-      Expected<RunRecord> record = TrainInProcess(plan, model, settings);
+      const Plan plan = CnnPlan(profile, schedule, ranks, 2 * ranks, /*cut=*/2, /*remat=*/false);
+      Expected<RunRecord> record = TwoSteps(plan, model);
       ASSERT_TRUE(record.ok()) << record.status().message();
       // The first stage's rank. (With K = 2 the last stage of this model, the second conv block
       // to the classifier, read 6-9% off in-process at ce4f7e8, over under GPipe and under under
@@ -110,14 +121,8 @@ TEST(PeakMemoryTest, AZeroBubbleRanksPeakIsTheModelsFromTheProfilersFigures) {
   double worst_before = 0;
   for (const Case& c : {Case{1, 0}, Case{2, 2}, Case{2, 4}}) {
     SCOPED_TRACE("K=" + std::to_string(c.ranks) + " cut " + std::to_string(c.cut));
-    const int microbatches = 2 * c.ranks;
-    Plan plan = testing::EvenPlan(model.num_layers(), ScheduleKind::kZbH1, c.ranks, 1, microbatches, 1,
-                                  kMicrobatch * microbatches, /*remat=*/false, Optimizer::kAdam);
-    plan.profile = profile;
-    if (c.ranks == 2) plan.stages[0].end_layer = plan.stages[1].first_layer = c.cut;
-    RunSettings settings;
-    settings.steps = 2;
-    Expected<RunRecord> record = TrainInProcess(plan, model, settings);
+    const Plan plan = CnnPlan(profile, ScheduleKind::kZbH1, c.ranks, 2 * c.ranks, c.cut, /*remat=*/false);
+    Expected<RunRecord> record = TwoSteps(plan, model);
     ASSERT_TRUE(record.ok()) << record.status().message();
     const std::vector<double> errors = PeakErrors(plan, *record);
     // Every rank within 5%. (The in-process wire's mailbox copies are charged to no rank, as a
@@ -150,15 +155,9 @@ TEST(PeakMemoryTest, ARematRanksStashHoldsTheGeneratorStateItReplays) {
   if (profile.rng_state_bytes == 0) GTEST_SKIP() << "the device's generator state is not in its memory";
   for (ScheduleKind schedule : {ScheduleKind::kGpipe, ScheduleKind::k1F1B}) {
     SCOPED_TRACE(ScheduleName(schedule));
-    const int microbatches = 4;
-    Plan plan = testing::EvenPlan(model.num_layers(), schedule, 2, 1, microbatches, 1, kMicrobatch * microbatches,
-                                  /*remat=*/true, Optimizer::kAdam);
-    plan.profile = profile;
     // The second rank: the global pooling and the classifier, a few hundred bytes a micro-batch.
-    plan.stages[0].end_layer = plan.stages[1].first_layer = 4;
-    RunSettings settings;
-    settings.steps = 2;
-    Expected<RunRecord> record = TrainInProcess(plan, model, settings);
+    const Plan plan = CnnPlan(profile, schedule, 2, /*microbatches=*/4, /*cut=*/4, /*remat=*/true);
+    Expected<RunRecord> record = TwoSteps(plan, model);
     ASSERT_TRUE(record.ok()) << record.status().message();
     const std::vector<double> errors = PeakErrors(plan, *record);
     // Measured here: the small rank -0.4% under GPipe (-32.5% without the state), -0.9% under
