@@ -64,7 +64,11 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   if (!sharing.active_rate.empty()) {
     model.calibration_note += "; " + std::to_string(per_node) + " ranks share a node that computes " +
                               std::to_string(profile.step_costs->concurrent_ranks) +
-                              " at once: compute is priced by how many run at each moment";
+                              " at once: compute is priced by how many run at each moment" +
+                              (per_node > profile.step_costs->concurrent_ranks
+                                   ? std::string(", the cores shared evenly past that, which runs have measured "
+                                                 "slower (docs/planner.md)")
+                                   : std::string());
   } else if (calibration != nullptr && !calibration->compute_scale.empty() &&
       static_cast<size_t>(per_node) > calibration->compute_scale.size()) {
     model.calibration_note += "; the plan puts " + std::to_string(per_node) + " ranks on a node, more than the " +
