@@ -16,12 +16,16 @@ Reported:
   - calibrated: `gpipe-plan calibrate` fitted on the configurations whose M is in --calibrate-on,
     judged (compare --cluster) on the others, the held-out ones;
   - the planner's own choice (nothing pinned, uncalibrated, --devices the matrix's largest K x D),
-    run the same rounds, against the fastest configuration measured.
+    run the same rounds, against the fastest configuration measured; then the two head to head,
+    --head-to-head more runs of each taken in turn, median against median. The matrix's fastest is
+    the least of 56 noisy figures and reads fast by its luck (in one CNN matrix its two rounds
+    measured 27.18 and 32.93 ms); run again beside the pick, it reads as it runs.
 Everything is kept in OUT (plans, run records, compare JSON) and summary.json.
 
   python3 bench/first_run.py --model models/tiny-gpt.json --out /tmp/fr-gpt
   python3 bench/first_run.py --model models/small-cnn.json --out /tmp/fr-cnn --rounds 3
   python3 bench/first_run.py --configs "2:1:6:1f1b:off 2:1:6:zb-h1:off" --rounds 1
+  python3 bench/first_run.py --model models/small-cnn.json --out /tmp/fr-cnn --head-to-head-only
 """
 import argparse
 import json
@@ -104,6 +108,10 @@ def main():
     ap.add_argument("--repeats", type=int, default=20, help="profiler repeats per layer")
     ap.add_argument("--calibrate-on", default="2,16", help="M values the calibration is fitted on")
     ap.add_argument("--no-planner-check", action="store_true")
+    ap.add_argument("--head-to-head", type=int, default=5,
+                    help="runs of the planner's pick and of the matrix's fastest, in turn, after the matrix (0: none)")
+    ap.add_argument("--head-to-head-only", action="store_true",
+                    help="only the head to head, on the plans and summary.json an earlier run left in --out")
     a = ap.parse_args()
     os.chdir(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     os.makedirs(a.out, exist_ok=True)
@@ -117,6 +125,13 @@ def main():
     first = min(sizes, key=lambda b: abs(b - 8))
     sizes = [first] + [b for b in sizes if b != first]
     out = lambda name: os.path.join(a.out, name)
+    if a.head_to_head_only:
+        summary = json.load(open(out("summary.json")))
+        if "planner_choice" not in summary:
+            sys.exit(f"{out('summary.json')} has no planner_choice: run the bench without --no-planner-check first")
+        summary["planner_choice"]["head_to_head"] = head_to_head(a, out, summary["planner_choice"]["fastest"])
+        json.dump(summary, open(out("summary.json"), "w"), indent=1)
+        return
 
     print(f"profiling {a.model} at micro-batch sizes {sizes}, 1..{most_ranks} ranks per node", flush=True)
     sh([a.bin, "profile", "--model", a.model, "--microbatch-size", ",".join(map(str, sizes)), "--repeats",
@@ -219,7 +234,34 @@ def main():
         print(f"planner's choice {chosen}: predicted {best['pick'][1]['predicted_step_ms']:.2f} ms, measured {ms:.2f} ms; "
               f"fastest of the matrix {fastest['config']} {fastest['measured_ms']:.2f} ms "
               f"({100 * (ms / fastest['measured_ms'] - 1):+.1f}%)")
+        if a.head_to_head > 0:
+            summary["planner_choice"]["head_to_head"] = head_to_head(a, out, fastest["config"])
     json.dump(summary, open(out("summary.json"), "w"), indent=1)
+
+
+def head_to_head(a, out, fastest):
+    """The planner's pick and the matrix's fastest configuration run --head-to-head times each, in
+    turn (pick, fastest, pick, ...), and judged median against median."""
+    times = {"pick": [], fastest: []}
+    for rnd in range(a.head_to_head):
+        for name in times:
+            record = out(f"{name}-h2h{rnd}.json")
+            rc = sh([a.bin, "run", out(name + "-plan.json"), "--model", a.model, "--steps", str(a.steps), "--record",
+                     record], out(f"{name}-h2h{rnd}.log"), check=False)
+            if rc != 0:
+                print(f"{name} head to head {rnd + 1}: run failed, see {out(f'{name}-h2h{rnd}.log')}")
+                continue
+            times[name].append(compare(a.bin, out(name + "-plan.json"), record)["measured_step_ms"])
+        print(f"\rhead to head: {rnd + 1}/{a.head_to_head}", end="", flush=True)
+    print()
+    if not times["pick"] or not times[fastest]:
+        sys.exit("the head to head has no run of the pick or of the fastest configuration")
+    pick_ms, fastest_ms = statistics.median(times["pick"]), statistics.median(times[fastest])
+    print(f"head to head, {a.head_to_head} runs each in turn: the pick {pick_ms:.2f} ms (median; "
+          f"{min(times['pick']):.2f}-{max(times['pick']):.2f}), {fastest} {fastest_ms:.2f} ms "
+          f"({min(times[fastest]):.2f}-{max(times[fastest]):.2f}): {100 * (pick_ms / fastest_ms - 1):+.1f}%")
+    return {"runs": a.head_to_head, "pick_ms": times["pick"], "fastest_ms": times[fastest],
+            "pick_median_ms": pick_ms, "fastest_median_ms": fastest_ms, "slower_than_fastest": pick_ms / fastest_ms - 1}
 
 
 if __name__ == "__main__":
