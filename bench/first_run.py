@@ -73,6 +73,18 @@ def compare(binary, plan, record, cluster=None):
     return json.loads(subprocess.run(args, check=True, capture_output=True, text=True).stdout)
 
 
+def run_plan(a, out, name, tag):
+    """One run of OUT/NAME-plan.json, recorded as OUT/NAME-TAG.json and compared with its plan:
+    (compare's JSON, the record's path), or None when the run failed (said, with its log)."""
+    record = out(f"{name}-{tag}.json")
+    rc = sh([a.bin, "run", out(name + "-plan.json"), "--model", a.model, "--steps", str(a.steps), "--record", record],
+            out(f"{name}-{tag}.log"), check=False)
+    if rc != 0:
+        print(f"{name} {tag}: run failed, see {out(f'{name}-{tag}.log')}")
+        return None
+    return compare(a.bin, out(name + "-plan.json"), record), record
+
+
 def peak_memory_error(c):
     """The largest |peak-memory error| over the ranks."""
     errors = [abs(r["predicted_peak_memory_bytes"] - r["measured_peak_memory_bytes"]) / r["measured_peak_memory_bytes"]
@@ -159,13 +171,10 @@ def main():
     measured = {}  # name -> [(measured ms, compare json, record)], one per round
     for rnd in range(a.rounds):
         for i, (name, _) in enumerate(runs):
-            record = out(f"{name}-run{rnd}.json")
-            rc = sh([a.bin, "run", out(name + "-plan.json"), "--model", a.model, "--steps", str(a.steps), "--record",
-                     record], out(f"{name}-run{rnd}.log"), check=False)
-            if rc != 0:
-                print(f"{name} round {rnd + 1}: run failed, see {out(f'{name}-run{rnd}.log')}")
+            ran = run_plan(a, out, name, f"run{rnd}")
+            if ran is None:
                 continue
-            c = compare(a.bin, out(name + "-plan.json"), record)
+            c, record = ran
             measured.setdefault(name, []).append((c["measured_step_ms"], c, record))
             print(f"\rround {rnd + 1}/{a.rounds}: {i + 1}/{len(runs)} runs", end="", flush=True)
     print()
@@ -245,13 +254,9 @@ def head_to_head(a, out, fastest):
     times = {"pick": [], fastest: []}
     for rnd in range(a.head_to_head):
         for name in times:
-            record = out(f"{name}-h2h{rnd}.json")
-            rc = sh([a.bin, "run", out(name + "-plan.json"), "--model", a.model, "--steps", str(a.steps), "--record",
-                     record], out(f"{name}-h2h{rnd}.log"), check=False)
-            if rc != 0:
-                print(f"{name} head to head {rnd + 1}: run failed, see {out(f'{name}-h2h{rnd}.log')}")
-                continue
-            times[name].append(compare(a.bin, out(name + "-plan.json"), record)["measured_step_ms"])
+            ran = run_plan(a, out, name, f"h2h{rnd}")
+            if ran is not None:
+                times[name].append(ran[0]["measured_step_ms"])
         print(f"\rhead to head: {rnd + 1}/{a.head_to_head}", end="", flush=True)
     print()
     if not times["pick"] or not times[fastest]:
