@@ -10,6 +10,7 @@
 #include "executor/launcher.h"
 #ifdef GPIPE_WITH_TORCH
 #include "executor/link_prober.h"
+#include "executor/wakeup_probe.h"
 #endif
 
 namespace gpipe::cli {
@@ -32,7 +33,9 @@ class ProfileLinksCommand : public Command {
         "  gpipe-plan profile-links --ranks 2 -o profiles/clusters/measured-cpu-2.json\n"
         "  gpipe-plan plan --profile P.json --cluster profiles/clusters/measured-cpu-2.json --global-batch 64\n"
         "For every ordered pair of ranks: one-way time of messages of 1 KiB to 4 MiB (half a round trip),\n"
-        "fitted as latency (smallest message) + bytes / bandwidth (to the largest); every pair becomes a link.");
+        "fitted as latency (smallest message) + bytes / bandwidth (to the largest); every pair becomes a link.\n"
+        "Then the gradient all-reduce over 2..N ranks, the cost of issuing a send, and (--device cpu) how late\n"
+        "a rank woken by a message runs while every core computes (saturated_wakeup).");
   }
 
   int Run(std::ostream& out, std::ostream& err) override {
@@ -50,13 +53,22 @@ class ProfileLinksCommand : public Command {
     auto result = executor::ProbeLinks(**worker, settings);
     if (!result.ok()) return Fail(err, "profile-links", result.status());
     if (!result->has_value()) return kExitOk;
-    const auto& [cluster, fits] = **result;
+    auto& [cluster, fits] = **result;
+    if (device_ == "cpu") {
+      // With every core computing, how late a rank woken by its message runs (the other ranks have exited).
+      Expected<executor::WakeupProbeResult> wakeup = executor::ProbeSaturatedWakeup({});
+      if (!wakeup.ok()) return Fail(err, "profile-links", wakeup.status());
+      cluster.saturated_wakeup = SaturatedWakeup{wakeup->mean_ms, wakeup->median_ms, wakeup->spread_ms, wakeup->p90_ms,
+                                                 wakeup->samples};
+    }
     nlohmann::json json = ClusterToJson(cluster);
     json["source"] = "Measured by gpipe-plan profile-links over " + std::string(device_ == "cuda" ? "NCCL" : "Gloo") +
                      ": one-way time per message size (half the median round trip of " + std::to_string(repeats_) +
                      "), fitted as latency + bytes / bandwidth per ordered pair; allreduce: the gradient all-reduce as the "
                      "trainer runs it (flatten, sum, copy back) over ranks 0..n-1, rank 0's median; device memory: " +
-                     (device_ == "cuda" ? "the GPU's total memory" : "this machine's memory shared by its ranks");
+                     (device_ == "cuda" ? "the GPU's total memory" : "this machine's memory shared by its ranks") +
+                     (device_ == "cuda" ? "" : "; saturated_wakeup: how late a rank sleeping on a message runs once it comes "
+                                               "while a thread per core computes (executor/wakeup_probe.h)");
     const Status written = WriteFileAtomically(output_path_, json.dump(1) + "\n");
     if (!written.ok()) return Fail(err, "profile-links", written);
     out << Pad("link", 10) << Pad("latency", 12) << Pad("bandwidth", 14) << "one-way times (bytes: ms)\n";
@@ -72,6 +84,11 @@ class ProfileLinksCommand : public Command {
       out << " " << FormatBytes(static_cast<double>(a.bytes)) << ": " << Sprintf("%.3f ±%.3f ms", a.ms, a.spread_ms) << ";";
     }
     if (group != 0) out << "\n";
+    if (const std::optional<SaturatedWakeup>& w = cluster.saturated_wakeup) {
+      out << "a rank woken by its message while every core computes: " << Sprintf("%.3f ms", w->mean_ms)
+          << " on average (median " << Sprintf("%.3f", w->median_ms) << ", slowest tenth from " << Sprintf("%.3f", w->p90_ms)
+          << ", " << w->samples << " wake-ups)\n";
+    }
     out << "device memory " << FormatBytes(static_cast<double>(cluster.device_memory_bytes)) << " per rank\n";
     out << "cluster written to " << output_path_ << "\n";
     return kExitOk;

@@ -14,7 +14,7 @@ namespace {
 
 const std::set<std::string> kKnownTop = {"format", "name", "devices", "device_memory_bytes",
                                          "link", "nodes", "links", "calibration", "allreduce", "send_overhead_ms",
-                                         "send_issue_bytes_per_s"};
+                                         "send_issue_bytes_per_s", "saturated_wakeup"};
 
 // Below these, a value is in the wrong unit (GB/s or GiB written as bytes), not a real device.
 constexpr double kMinBandwidth = 1e5;
@@ -127,6 +127,17 @@ Expected<Cluster> ClusterFromJson(const nlohmann::json& json, const std::string&
   }
   cluster.send_overhead_ms = r.OptionalNumber("send_overhead_ms", 0.0);
   cluster.send_issue_bytes_per_s = r.OptionalNumber("send_issue_bytes_per_s", 1.0);
+  if (const nlohmann::json* wakeup = r.OptionalObject("saturated_wakeup")) {
+    ObjectReader w(*wakeup, r.Where("saturated_wakeup"));
+    SaturatedWakeup measured;
+    measured.mean_ms = w.Number("mean_ms", 0.0);
+    measured.median_ms = w.OptionalNumber("median_ms", 0.0).value_or(0.0);
+    measured.spread_ms = w.OptionalNumber("spread_ms", 0.0).value_or(0.0);
+    measured.p90_ms = w.OptionalNumber("p90_ms", 0.0).value_or(0.0);
+    measured.samples = static_cast<int>(w.OptionalInteger("samples", 1, 1 << 30, 0));
+    r.Fail(w.status());
+    cluster.saturated_wakeup = measured;
+  }
   if (const nlohmann::json* calibration = r.OptionalObject("calibration")) {
     Expected<Calibration> c = CalibrationFromJson(*calibration, r.Where("calibration"));
     if (c.ok()) cluster.calibration = *c; else r.Fail(c.status());
@@ -163,6 +174,10 @@ nlohmann::json ClusterToJson(const Cluster& cluster) {
   if (cluster.calibration) json["calibration"] = CalibrationToJson(*cluster.calibration);
   if (cluster.send_overhead_ms) json["send_overhead_ms"] = *cluster.send_overhead_ms;
   if (cluster.send_issue_bytes_per_s) json["send_issue_bytes_per_s"] = *cluster.send_issue_bytes_per_s;
+  if (const std::optional<SaturatedWakeup>& w = cluster.saturated_wakeup) {
+    json["saturated_wakeup"] = {{"mean_ms", w->mean_ms}, {"median_ms", w->median_ms}, {"spread_ms", w->spread_ms},
+                                {"p90_ms", w->p90_ms}, {"samples", w->samples}};
+  }
   if (!cluster.allreduce.empty()) {
     nlohmann::json samples = nlohmann::json::array();
     for (const AllReduceSample& a : cluster.allreduce) {

@@ -50,6 +50,16 @@ struct AllReduceSample {
   double spread_ms = 0;  // half the interquartile range
 };
 
+/// Measured by profile-links on a CPU (executor/wakeup_probe.h): how late a rank that sleeps
+/// waiting for a message runs again once it arrives, while every core of the node is computing.
+struct SaturatedWakeup {
+  double mean_ms = 0;    // what the simulator adds
+  double median_ms = 0;
+  double spread_ms = 0;  // half the interquartile range
+  double p90_ms = 0;
+  int samples = 0;
+};
+
 struct Cluster {
   std::string name;
   int devices = 1;
@@ -71,6 +81,9 @@ struct Cluster {
   /// rank per byte (Gloo writes what the socket takes at once in the sender's thread), so that a
   /// send of b bytes occupies it send_overhead_ms + b / send_issue_bytes_per_s.
   std::optional<double> send_issue_bytes_per_s;
+  /// Written by profile-links on a CPU: what a message that reaches a waiting rank costs it when
+  /// the node's cores are all computing (the simulator's core sharing adds the mean; absent: 0).
+  std::optional<SaturatedWakeup> saturated_wakeup;
   nlohmann::json extra = nlohmann::json::object();
 
   /// The link that carries messages from device `from` to device `to`.

@@ -69,6 +69,14 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                                    ? std::string(", the cores shared evenly past that, which runs have measured "
                                                  "slower (docs/planner.md)")
                                    : std::string());
+    if (sharing.saturated_at > 0) {
+      model.calibration_note +=
+          plan.cluster.saturated_wakeup
+              ? "; a message reaching a waiting rank while the cores are all computing costs it " +
+                    Format("%.2f", plan.cluster.saturated_wakeup->mean_ms) + " ms (the cluster's saturated_wakeup)"
+              : std::string("; the cluster has no saturated_wakeup (profile-links measures it): the time a rank "
+                            "woken by a message waits for a busy core is left out");
+    }
   } else if (calibration != nullptr && !calibration->compute_scale.empty() &&
       static_cast<size_t>(per_node) > calibration->compute_scale.size()) {
     model.calibration_note += "; the plan puts " + std::to_string(per_node) + " ranks on a node, more than the " +
@@ -79,6 +87,10 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   }
   const LayerTable table(profile, model.scale, plan.optimizer, calibration, sharing.static_ranks);
   model.active_rate = std::move(sharing.active_rate);
+  if (!model.active_rate.empty() && plan.cluster.saturated_wakeup) {
+    model.saturated_computing = sharing.saturated_at;
+    model.saturated_wakeup_ms = plan.cluster.saturated_wakeup->mean_ms;
+  }
   for (const StagePlan& stage : plan.stages) {
     if (split) {
       GPIPE_RETURN_IF_ERROR(CheckWeightTimes(profile, stage,
@@ -152,6 +164,7 @@ CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const 
     const int count = std::clamp(static_cast<int>(std::ceil(x - 1e-9)), 1, capacity);
     const double cores = std::min(1.0, capacity / x);
     sharing.active_rate[static_cast<size_t>(a)] = std::min(1.0, one / calibration->ComputeScale(count) * cores);
+    if (sharing.saturated_at == 0 && x >= capacity - 1e-9) sharing.saturated_at = a;
   }
   return sharing;
 }

@@ -139,6 +139,12 @@ struct CostModel {
   /// while a ranks of the simulated replica compute (its stage times are at the rate 1). Empty: no
   /// sharing, every compute takes its stage time.
   std::vector<double> active_rate;
+  /// Core sharing: while at least `saturated_computing` ranks of the replica compute (0: never),
+  /// the node's cores are all busy, and a message that reaches a rank waiting for it reaches it
+  /// `saturated_wakeup_ms` later: the scheduler runs the woken rank only when it takes a core from
+  /// one of the others (the cluster's saturated_wakeup, measured by profile-links; 0 without it).
+  int saturated_computing = 0;
+  double saturated_wakeup_ms = 0;
   /// Samples per micro-batch and in the whole step (for throughput).
   int64_t microbatch_size = 1;
   int64_t global_batch = 1;
@@ -190,6 +196,9 @@ struct CoreSharing {
   int static_ranks = 1;
   /// CostModel::active_rate (empty: no sharing).
   std::vector<double> active_rate;
+  /// The least count a of the replica's computing ranks at which the node's cores are all busy
+  /// (x >= C); 0: never (CostModel::saturated_computing).
+  int saturated_at = 0;
 };
 CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const Calibration* calibration,
                           int ranks_per_node, int pipeline_ranks);

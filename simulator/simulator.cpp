@@ -42,6 +42,7 @@ class Simulation {
       : schedule_(schedule), costs_(costs), options_(options),
         ranks_(schedule.num_ranks()), deltas_(schedule.num_ranks()),
         arrived_(2 * static_cast<size_t>(schedule.num_stages()) * schedule.num_microbatches, -1.0),
+        delayed_(arrived_.size(), false),
         link_free_(schedule.num_ranks(), std::vector<double>(schedule.num_ranks(), 0.0)),
         posted_(ReceivesPostedAt(schedule)) {
     result_.ranks.resize(schedule.num_ranks());
@@ -57,6 +58,7 @@ class Simulation {
       const double now = queue_.top_time();
       const Event event = queue_.Pop();
       if (event.kind == Event::Kind::kArrival) {
+        if (WakesLate(event, now)) continue;
         arrived_[event.key] = now;
         RankState& state = ranks_[event.rank];
         if (state.waiting_for == event.key) {
@@ -98,6 +100,20 @@ class Simulation {
   }
   void Record(int rank, const Action& action, double start, double end, double recompute) {
     if (options_.record_timeline) result_.actions.push_back({rank, action, start, end, recompute});
+  }
+
+  // A message reaching a rank that waits for it while the node's cores are all computing: the
+  // rank runs CostModel::saturated_wakeup_ms later (the arrival is pushed again, once).
+  bool WakesLate(const Event& arrival, double now) {
+    if (costs_.saturated_wakeup_ms <= 0 || costs_.saturated_computing <= 0 || delayed_[arrival.key] ||
+        ranks_[arrival.rank].waiting_for != arrival.key ||
+        sharing_.size() < static_cast<size_t>(costs_.saturated_computing)) {
+      return false;
+    }
+    delayed_[arrival.key] = true;
+    queue_.Push(now + costs_.saturated_wakeup_ms, arrival);
+    last_arrival_ms_ = std::max(last_arrival_ms_, now + costs_.saturated_wakeup_ms);
+    return true;
   }
 
   // Runs rank r's actions from time `now` until it starts a compute, waits or runs out.
@@ -261,6 +277,8 @@ class Simulation {
   std::vector<RankState> ranks_;
   std::vector<std::vector<MemoryDelta>> deltas_;
   std::vector<double> arrived_;
+  // Arrivals WakesLate pushed again.
+  std::vector<bool> delayed_;
   std::vector<std::vector<double>> link_free_;
   // Per rank and action: the receives whose buffers are allocated as it starts.
   ReceivePosting posted_;

@@ -237,5 +237,28 @@ TEST(Formats, ClusterLinkKindRoundTrips) {
             "when not known");
 }
 
+// profile-links on a CPU writes how late a woken rank runs on a busy node; it round-trips, a file
+// without it loads without it, and a negative time names the field.
+TEST(Formats, ClusterSaturatedWakeupRoundTrips) {
+  nlohmann::json json = TinyCluster();
+  Expected<Cluster> without = ClusterFromJson(json, "cluster.json");
+  ASSERT_TRUE(without.ok()) << without.status().message();
+  EXPECT_FALSE(without->saturated_wakeup.has_value());
+  EXPECT_FALSE(ClusterToJson(*without).contains("saturated_wakeup"));
+  json["saturated_wakeup"] = {{"mean_ms", 0.85}, {"median_ms", 0.02}, {"spread_ms", 0.95}, {"p90_ms", 1.96}, {"samples", 400}};
+  Expected<Cluster> cluster = ClusterFromJson(json, "cluster.json");
+  ASSERT_TRUE(cluster.ok()) << cluster.status().message();
+  ASSERT_TRUE(cluster->saturated_wakeup.has_value());
+  EXPECT_DOUBLE_EQ(cluster->saturated_wakeup->mean_ms, 0.85);
+  EXPECT_DOUBLE_EQ(cluster->saturated_wakeup->p90_ms, 1.96);
+  EXPECT_EQ(cluster->saturated_wakeup->samples, 400);
+  EXPECT_EQ(ClusterToJson(*cluster)["saturated_wakeup"], json["saturated_wakeup"]);
+  EXPECT_TRUE(cluster->extra.empty() || !cluster->extra.contains("saturated_wakeup"));
+  json["saturated_wakeup"]["mean_ms"] = -1;
+  Expected<Cluster> bad = ClusterFromJson(json, "cluster.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("cluster.json.saturated_wakeup.mean_ms"), std::string::npos) << bad.status().message();
+}
+
 }  // namespace
 }  // namespace gpipe

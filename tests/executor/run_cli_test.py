@@ -519,6 +519,11 @@ def profile_then_plan(binary, tmp):
     with open(cluster) as f:
         links = json.load(f)
     assert links["devices"] == 2 and len(links["links"]) == 2 and links["device_memory_bytes"] > 0, links
+    # How late a woken rank runs while every core computes: a distribution of wake-ups, in order.
+    wakeup = links["saturated_wakeup"]
+    assert wakeup["samples"] >= 100 and 0 <= wakeup["median_ms"] <= wakeup["p90_ms"] < 1000, wakeup
+    assert 0 <= wakeup["mean_ms"] <= wakeup["p90_ms"] * 10 + 1, wakeup
+    assert "a rank woken by its message while every core computes: " in result.stdout, result.stdout
     plan_path = os.path.join(tmp, "plan.json")
     sh([binary, "plan", "--profile", profile, "--cluster", cluster, "--global-batch", "24", "--stages", "2",
         "--microbatches", "4", "-o", plan_path])
@@ -526,6 +531,7 @@ def profile_then_plan(binary, tmp):
     assert "interpolated linearly to micro-batches of 6 from the sizes the profile measured (4, 8)" in result.stdout, \
         result.stdout
     assert "interpolated between the probe's 4 and 8" in result.stdout, result.stdout
+    assert "(the cluster's saturated_wakeup)" in result.stdout, result.stdout
 
 
 def validate_compare_calibrate(binary, tmp):

@@ -40,6 +40,33 @@ TEST(CoreSharing, TwoRanksOnOneCoreWorkedByHand) {
   EXPECT_DOUBLE_EQ(StepEvaluator(schedule).StepTimeMs(costs), 8.0);
 }
 
+TEST(CoreSharing, ARankWokenWhileTheCoresAreBusyRunsLateWorkedByHand) {
+  // GPipe, K=2, M=2, forward = backward = 1 ms, free links, rate 1 throughout; the cores are all
+  // busy while one rank computes (saturated_computing 1, as four ranks on two cores), and a woken
+  // rank waits 0.5 ms. F0 on rank 0 [0,1]; it reaches rank 1, waiting, while rank 0 computes F1:
+  // rank 1 runs F0 at [1.5,2.5]. F1 arrives at 2 while rank 1 computes: no wait; F1 [2.5,3.5],
+  // B1 [3.5,4.5]. B1's gradient reaches rank 0, waiting, as rank 1 starts B0: rank 0 runs B1 at
+  // [5,6]; B0's gradient arrives at 5.5 while rank 0 computes; B0 [6,7]. Without the wait: 6 ms.
+  const Schedule schedule = Lowered(ScheduleKind::kGpipe, 2, 2, 2);
+  CostModel costs = UniformCostModel(2, 2, 1.0, 1.0);
+  costs.active_rate = {1.0, 1.0, 1.0};
+  EXPECT_DOUBLE_EQ(Simulate(schedule, costs).value().step_time_ms, 6.0);
+  costs.saturated_computing = 1;
+  costs.saturated_wakeup_ms = 0.5;
+  Expected<SimResult> late = Simulate(schedule, costs, SimOptions{true});
+  ASSERT_TRUE(late.ok());
+  EXPECT_DOUBLE_EQ(late->step_time_ms, 7.0);
+  EXPECT_DOUBLE_EQ(late->ranks[1].wait_ms, 1.5);  // [0,1.5]
+  EXPECT_DOUBLE_EQ(late->ranks[0].wait_ms, 3.0);  // [2,5]
+  EXPECT_DOUBLE_EQ(StepEvaluator(schedule).StepTimeMs(costs), 7.0);
+  // Saturated only when both compute (two ranks on two cores): no arrival meets a busy node then,
+  // since the rank it wakes is not computing.
+  costs.saturated_computing = 2;
+  EXPECT_DOUBLE_EQ(Simulate(schedule, costs).value().step_time_ms, 6.0);
+  costs.saturated_computing = 0;
+  EXPECT_DOUBLE_EQ(Simulate(schedule, costs).value().step_time_ms, 6.0);
+}
+
 TEST(CoreSharing, RateOneIsThePlainSimulatorAndSharingOnlySlows) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> time(0.1, 5.0), rate(0.2, 1.0);

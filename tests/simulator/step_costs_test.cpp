@@ -134,6 +134,33 @@ TEST(StepCosts, MoreRanksThanTheNodeComputesAtOnceAreSaidToBePricedKindly) {
       << four;
 }
 
+TEST(StepCosts, TheClustersSaturatedWakeupPricesRanksWokenOnABusyNode) {
+  // K=2 on a node that computes two at once: the cores are all busy only when both ranks compute,
+  // so saturation starts at 2 computing; with two replicas (four ranks) at 1. Without the cluster's
+  // saturated_wakeup the note says the time is left out.
+  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  plan.profile.step_costs = Measured();
+  plan.profile.step_costs->concurrent_ranks = 2;
+  CostModel bare = BuildCostModel(plan).value();
+  EXPECT_EQ(bare.saturated_wakeup_ms, 0.0);
+  EXPECT_NE(bare.calibration_note.find("the cluster has no saturated_wakeup"), std::string::npos) << bare.calibration_note;
+  plan.cluster.saturated_wakeup = SaturatedWakeup{0.85, 0.02, 0.9, 1.95, 400};
+  const CostModel two = BuildCostModel(plan).value();
+  EXPECT_EQ(two.saturated_computing, 2);
+  EXPECT_DOUBLE_EQ(two.saturated_wakeup_ms, 0.85);
+  EXPECT_NE(two.calibration_note.find("costs it 0.85 ms (the cluster's saturated_wakeup)"), std::string::npos)
+      << two.calibration_note;
+  Plan four = FourLayers(2, 2, Optimizer::kAdam);
+  four.profile.step_costs = plan.profile.step_costs;
+  four.cluster.saturated_wakeup = plan.cluster.saturated_wakeup;
+  EXPECT_EQ(BuildCostModel(four).value().saturated_computing, 1);
+  // One rank per node shares nothing: no core sharing, no wake-up term.
+  Plan one = FourLayers(1, 1, Optimizer::kAdam);
+  one.profile.step_costs = plan.profile.step_costs;
+  one.cluster.saturated_wakeup = plan.cluster.saturated_wakeup;
+  EXPECT_EQ(BuildCostModel(one).value().saturated_wakeup_ms, 0.0);
+}
+
 TEST(StepCosts, TheClustersMeasuredSendOverheadJoinsThem) {
   Plan plan = FourLayers(2, 1, Optimizer::kAdam);
   plan.cluster.send_overhead_ms = 0.06;

@@ -1,0 +1,40 @@
+// How late a rank runs once its message arrives, while every core of the node is computing. On a
+// CPU a rank waiting for a message sleeps; when the message comes and the other ranks keep all
+// cores busy, the woken rank, which has used its share of the cores, runs only when the scheduler
+// takes a core from one of them. On the 2-core machine that is either at once or about 2 ms later
+// (the scheduler's slice): 0.41-0.53 ms on average over 1,000 wake-ups, in six runs. The
+// probe keeps one thread per core spinning, as ranks computing would; a reader thread computes an
+// action's worth, sleeps in read() on a pipe, and the first spinner to see it asleep writes its
+// clock there. Pure POSIX (no LibTorch): `profile-links` runs it and stores the result in the
+// cluster file ("saturated_wakeup", docs/formats.md); the simulator adds its mean to a message
+// that reaches a waiting rank while the node's cores are all busy (simulator/cost_model.h).
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+
+namespace gpipe::executor {
+
+struct WakeupProbeSettings {
+  /// Threads that keep the cores busy; 0: one per hardware thread.
+  int spinners = 0;
+  /// Wake-ups timed, spread over the spinners.
+  int samples = 600;
+  /// What the reader computes before each wait (an action's worth).
+  double interval_ms = 2.0;
+};
+
+struct WakeupProbeResult {
+  int spinners = 0;
+  int samples = 0;
+  double mean_ms = 0;
+  double median_ms = 0;
+  /// Half the interquartile range.
+  double spread_ms = 0;
+  double p90_ms = 0;
+};
+
+Expected<WakeupProbeResult> ProbeSaturatedWakeup(const WakeupProbeSettings& settings);
+
+}  // namespace gpipe::executor
