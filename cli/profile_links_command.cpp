@@ -56,10 +56,9 @@ class ProfileLinksCommand : public Command {
     auto& [cluster, fits] = **result;
     if (device_ == "cpu") {
       // With every core computing, how late a rank woken by its message runs (the other ranks have exited).
-      Expected<executor::WakeupProbeResult> wakeup = executor::ProbeSaturatedWakeup({});
+      Expected<SaturatedWakeup> wakeup = executor::ProbeSaturatedWakeup({});
       if (!wakeup.ok()) return Fail(err, "profile-links", wakeup.status());
-      cluster.saturated_wakeup = SaturatedWakeup{wakeup->mean_ms, wakeup->median_ms, wakeup->spread_ms, wakeup->p90_ms,
-                                                 wakeup->samples};
+      cluster.saturated_wakeup = *wakeup;
     }
     nlohmann::json json = ClusterToJson(cluster);
     json["source"] = "Measured by gpipe-plan profile-links over " + std::string(device_ == "cuda" ? "NCCL" : "Gloo") +

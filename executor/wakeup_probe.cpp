@@ -25,7 +25,7 @@ double Quantile(const std::vector<double>& sorted, double q) {
 
 }  // namespace
 
-Expected<WakeupProbeResult> ProbeSaturatedWakeup(const WakeupProbeSettings& settings) {
+Expected<SaturatedWakeup> ProbeSaturatedWakeup(const WakeupProbeSettings& settings) {
   const int spinners = settings.spinners > 0 ? settings.spinners
                                              : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   if (settings.samples < 4) return Status::Invalid("the wake-up probe needs at least 4 samples, not " + std::to_string(settings.samples));
@@ -82,8 +82,7 @@ Expected<WakeupProbeResult> ProbeSaturatedWakeup(const WakeupProbeSettings& sett
                            std::to_string(settings.samples) + " wake-ups (a write to its pipe failed)");
   }
   std::sort(waits.begin(), waits.end());
-  WakeupProbeResult result;
-  result.spinners = spinners;
+  SaturatedWakeup result;
   result.samples = static_cast<int>(waits.size());
   result.mean_ms = std::accumulate(waits.begin(), waits.end(), 0.0) / static_cast<double>(waits.size());
   result.median_ms = Quantile(waits, 0.5);

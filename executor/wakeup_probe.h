@@ -10,8 +10,7 @@
 // that reaches a waiting rank while the node's cores are all busy (simulator/cost_model.h).
 #pragma once
 
-#include <cstdint>
-
+#include "core/cluster.h"
 #include "core/status.h"
 
 namespace gpipe::executor {
@@ -19,22 +18,14 @@ namespace gpipe::executor {
 struct WakeupProbeSettings {
   /// Threads that keep the cores busy; 0: one per hardware thread.
   int spinners = 0;
-  /// Wake-ups timed, spread over the spinners.
+  /// Wake-ups timed.
   int samples = 600;
   /// What the reader computes before each wait (an action's worth).
   double interval_ms = 2.0;
 };
 
-struct WakeupProbeResult {
-  int spinners = 0;
-  int samples = 0;
-  double mean_ms = 0;
-  double median_ms = 0;
-  /// Half the interquartile range.
-  double spread_ms = 0;
-  double p90_ms = 0;
-};
-
-Expected<WakeupProbeResult> ProbeSaturatedWakeup(const WakeupProbeSettings& settings);
+/// The wake-ups' mean, median, half interquartile range, where the slowest tenth starts and their
+/// count, as the cluster file stores them.
+Expected<SaturatedWakeup> ProbeSaturatedWakeup(const WakeupProbeSettings& settings);
 
 }  // namespace gpipe::executor
