@@ -164,7 +164,7 @@ CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const 
     const int count = std::clamp(static_cast<int>(std::ceil(x - 1e-9)), 1, capacity);
     const double cores = std::min(1.0, capacity / x);
     sharing.active_rate[static_cast<size_t>(a)] = std::min(1.0, one / calibration->ComputeScale(count) * cores);
-    if (sharing.saturated_at == 0 && x >= capacity - 1e-9) sharing.saturated_at = a;
+    if (sharing.saturated_at == 0 && a < pipeline_ranks && x >= capacity - 1e-9) sharing.saturated_at = a;
   }
   return sharing;
 }

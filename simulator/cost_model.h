@@ -197,7 +197,8 @@ struct CoreSharing {
   /// CostModel::active_rate (empty: no sharing).
   std::vector<double> active_rate;
   /// The least count a of the replica's computing ranks at which the node's cores are all busy
-  /// (x >= C); 0: never (CostModel::saturated_computing).
+  /// (x >= C) while another of its ranks waits (a < K); 0: never, as with two ranks on two cores
+  /// (CostModel::saturated_computing).
   int saturated_at = 0;
 };
 CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const Calibration* calibration,

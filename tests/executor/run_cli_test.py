@@ -531,6 +531,13 @@ def profile_then_plan(binary, tmp):
     assert "interpolated linearly to micro-batches of 6 from the sizes the profile measured (4, 8)" in result.stdout, \
         result.stdout
     assert "interpolated between the probe's 4 and 8" in result.stdout, result.stdout
+    # Two ranks on two cores: a waiting rank leaves a core free, so the wake-up term never applies.
+    assert "saturated_wakeup" not in result.stdout, result.stdout
+    # Four (K=2, D=2) on the profiled node that computes two at once: it does, and the note says so.
+    four = os.path.join(tmp, "plan-four.json")
+    sh([binary, "plan", "--profile", profile, "--cluster", cluster, "--devices", "4", "--global-batch", "24",
+        "--stages", "2", "--replicas", "2", "--microbatches", "2", "-o", four])
+    result = sh([binary, "simulate", four])
     assert "(the cluster's saturated_wakeup)" in result.stdout, result.stdout
 
 

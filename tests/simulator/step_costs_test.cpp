@@ -135,25 +135,30 @@ TEST(StepCosts, MoreRanksThanTheNodeComputesAtOnceAreSaidToBePricedKindly) {
 }
 
 TEST(StepCosts, TheClustersSaturatedWakeupPricesRanksWokenOnABusyNode) {
-  // K=2 on a node that computes two at once: the cores are all busy only when both ranks compute,
-  // so saturation starts at 2 computing; with two replicas (four ranks) at 1. Without the cluster's
-  // saturated_wakeup the note says the time is left out.
-  Plan plan = FourLayers(2, 1, Optimizer::kAdam);
+  // A node that computes two at once. With two replicas of K=2 (four ranks) the cores are all busy
+  // while one rank of the replica computes, so a rank woken as its peer computes waits for a core;
+  // with one replica they are busy only while both compute, when none waits, so the term never
+  // applies and the note does not mention it. Without the cluster's saturated_wakeup the note says
+  // the time is left out.
+  Plan plan = FourLayers(2, 2, Optimizer::kAdam);
   plan.profile.step_costs = Measured();
   plan.profile.step_costs->concurrent_ranks = 2;
-  CostModel bare = BuildCostModel(plan).value();
+  const CostModel bare = BuildCostModel(plan).value();
   EXPECT_EQ(bare.saturated_wakeup_ms, 0.0);
   EXPECT_NE(bare.calibration_note.find("the cluster has no saturated_wakeup"), std::string::npos) << bare.calibration_note;
   plan.cluster.saturated_wakeup = SaturatedWakeup{0.85, 0.02, 0.9, 1.95, 400};
-  const CostModel two = BuildCostModel(plan).value();
-  EXPECT_EQ(two.saturated_computing, 2);
-  EXPECT_DOUBLE_EQ(two.saturated_wakeup_ms, 0.85);
-  EXPECT_NE(two.calibration_note.find("costs it 0.85 ms (the cluster's saturated_wakeup)"), std::string::npos)
-      << two.calibration_note;
-  Plan four = FourLayers(2, 2, Optimizer::kAdam);
-  four.profile.step_costs = plan.profile.step_costs;
-  four.cluster.saturated_wakeup = plan.cluster.saturated_wakeup;
-  EXPECT_EQ(BuildCostModel(four).value().saturated_computing, 1);
+  const CostModel four = BuildCostModel(plan).value();
+  EXPECT_EQ(four.saturated_computing, 1);
+  EXPECT_DOUBLE_EQ(four.saturated_wakeup_ms, 0.85);
+  EXPECT_NE(four.calibration_note.find("costs it 0.85 ms (the cluster's saturated_wakeup)"), std::string::npos)
+      << four.calibration_note;
+  Plan two = FourLayers(2, 1, Optimizer::kAdam);
+  two.profile.step_costs = plan.profile.step_costs;
+  two.cluster.saturated_wakeup = plan.cluster.saturated_wakeup;
+  const CostModel pair = BuildCostModel(two).value();
+  EXPECT_FALSE(pair.active_rate.empty());
+  EXPECT_EQ(pair.saturated_computing, 0);
+  EXPECT_EQ(pair.calibration_note.find("saturated_wakeup"), std::string::npos) << pair.calibration_note;
   // One rank per node shares nothing: no core sharing, no wake-up term.
   Plan one = FourLayers(1, 1, Optimizer::kAdam);
   one.profile.step_costs = plan.profile.step_costs;
