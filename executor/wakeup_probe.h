@@ -2,7 +2,7 @@
 // CPU a rank waiting for a message sleeps; when the message comes and the other ranks keep all
 // cores busy, the woken rank, which has used its share of the cores, runs only when the scheduler
 // takes a core from one of them. On the 2-core machine that is either at once or about 2 ms later
-// (the scheduler's slice): on average 0.38-1.08 ms in six runs of profile-links (600 wake-ups
+// (the scheduler's slice): on average 0.38-1.79 ms in seven runs of profile-links (600 wake-ups
 // each), 0.41-0.53 ms in six runs alone (1,000 each). The probe keeps one thread per core
 // spinning, as ranks computing would; a reader thread computes an action's worth, sleeps in
 // read() on a pipe, and the first spinner to see it asleep writes its clock there. Pure POSIX (no LibTorch): `profile-links` runs it and stores the result in the
