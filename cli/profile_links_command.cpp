@@ -65,9 +65,10 @@ class ProfileLinksCommand : public Command {
                      ": one-way time per message size (half the median round trip of " + std::to_string(repeats_) +
                      "), fitted as latency + bytes / bandwidth per ordered pair; allreduce: the gradient all-reduce as the "
                      "trainer runs it (flatten, sum, copy back) over ranks 0..n-1, rank 0's median; device memory: " +
-                     (device_ == "cuda" ? "the GPU's total memory" : "this machine's memory shared by its ranks") +
-                     (device_ == "cuda" ? "" : "; saturated_wakeup: how late a rank sleeping on a message runs once it comes "
-                                               "while a thread per core computes (executor/wakeup_probe.h)");
+                     (device_ == "cuda" ? "the GPU's total memory"
+                                        : "this machine's memory shared by its ranks; saturated_wakeup: how late a rank "
+                                          "sleeping on a message runs once it comes while a thread per core computes "
+                                          "(executor/wakeup_probe.h)");
     const Status written = WriteFileAtomically(output_path_, json.dump(1) + "\n");
     if (!written.ok()) return Fail(err, "profile-links", written);
     out << Pad("link", 10) << Pad("latency", 12) << Pad("bandwidth", 14) << "one-way times (bytes: ms)\n";

@@ -69,13 +69,14 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                                    ? std::string(", the cores shared evenly past that, which runs have measured "
                                                  "slower (docs/planner.md)")
                                    : std::string());
-    if (sharing.saturated_at > 0) {
-      model.calibration_note +=
-          plan.cluster.saturated_wakeup
-              ? "; a message reaching a waiting rank while the cores are all computing costs it " +
-                    Format("%.2f", plan.cluster.saturated_wakeup->mean_ms) + " ms (the cluster's saturated_wakeup)"
-              : std::string("; the cluster has no saturated_wakeup (profile-links measures it): the time a rank "
-                            "woken by a message waits for a busy core is left out");
+    if (sharing.saturated_at > 0 && plan.cluster.saturated_wakeup) {
+      model.saturated_computing = sharing.saturated_at;
+      model.saturated_wakeup_ms = plan.cluster.saturated_wakeup->mean_ms;
+      model.calibration_note += "; a message reaching a waiting rank while the cores are all computing costs it " +
+                                Format("%.2f", model.saturated_wakeup_ms) + " ms (the cluster's saturated_wakeup)";
+    } else if (sharing.saturated_at > 0) {
+      model.calibration_note += "; the cluster has no saturated_wakeup (profile-links measures it): the time a rank "
+                                "woken by a message waits for a busy core is left out";
     }
   } else if (calibration != nullptr && !calibration->compute_scale.empty() &&
       static_cast<size_t>(per_node) > calibration->compute_scale.size()) {
@@ -87,10 +88,6 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   }
   const LayerTable table(profile, model.scale, plan.optimizer, calibration, sharing.static_ranks);
   model.active_rate = std::move(sharing.active_rate);
-  if (!model.active_rate.empty() && plan.cluster.saturated_wakeup) {
-    model.saturated_computing = sharing.saturated_at;
-    model.saturated_wakeup_ms = plan.cluster.saturated_wakeup->mean_ms;
-  }
   for (const StagePlan& stage : plan.stages) {
     if (split) {
       GPIPE_RETURN_IF_ERROR(CheckWeightTimes(profile, stage,

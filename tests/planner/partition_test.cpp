@@ -214,8 +214,11 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
                                   " M=" + std::to_string(microbatches) + " L=" + std::to_string(layers) +
                                   " trial " + std::to_string(trial);
         ++compared;
-        if (found->plan && !BuildCostModel(*found->plan)->active_rate.empty()) ++core_sharing;
-        if (found->plan && BuildCostModel(*found->plan)->saturated_wakeup_ms > 0) ++woken_late;
+        if (found->plan) {
+          const CostModel priced = *BuildCostModel(*found->plan);
+          if (!priced.active_rate.empty()) ++core_sharing;
+          if (priced.saturated_wakeup_ms > 0) ++woken_late;
+        }
         EXPECT_TRUE(found->proven_optimal) << label;
         // Sound bounds: the root's, and what a search stopped at once node proves, never exceed
         // the optimum; a finished search proves its optimum exactly.
