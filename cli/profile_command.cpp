@@ -122,8 +122,7 @@ class ProfileCommand : public Command {
                             JoinSizes(*probe_sizes) + " (by_microbatch_size; the top level is " +
                             std::to_string(profile.microbatch_size) + "'s); "
                             "action_gap_ms and send_ms: the same runs' time between actions per forward or backward action, and "
-                            "per send; replica_compute_scale and replica_action_gap_ms: the same for n one-rank replicas "
-                            "(K=1, D=n, 2 micro-batches), n up to the ranks the node computes at once";
+                            "per send";
     }
     profile.step_costs = *step_costs;
     const Status written = WriteFileAtomically(output_path_, ProfileToJson(profile).dump(1) + "\n");
@@ -155,16 +154,6 @@ class ProfileCommand : public Command {
     } else {
       out << "\ncompute as pipelines of n ranks on the node, against the profile:";
       scales(costs.compute_scale);
-    }
-    if (costs.by_microbatch_size.size() > 1 && !costs.by_microbatch_size.front().replica_compute_scale.empty()) {
-      out << "\ncompute as n one-rank replicas on the node (K=1, D=n), per micro-batch size:";
-      for (const ColocatedAtSize& at : costs.by_microbatch_size) {
-        out << "\n  " << at.microbatch_size << " samples:";
-        scales(at.replica_compute_scale);
-      }
-    } else if (!costs.replica_compute_scale.empty()) {
-      out << "\ncompute as n one-rank replicas on the node (K=1, D=n):";
-      scales(costs.replica_compute_scale);
     }
     if (!costs.send_ms.empty()) {
       out << "\na send occupies its rank, n ranks" << own_size << ":";

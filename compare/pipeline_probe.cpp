@@ -65,31 +65,18 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
   std::filesystem::create_directories(request.dir, ec);
   std::vector<std::string> made;  // removed once every count is measured; kept to read on failure
   struct Count {
-    int ranks = 1;
-    // n one-rank replicas (K=1, D=n), measured besides the n-rank pipeline.
-    bool replicas_only = false;
     std::string what;
     std::string plan_path;
     std::string stem;
   };
-  // counts[s]: size s's layouts, the pipelines of n ranks first (entry n - 1).
+  // counts[s][n - 1]: size s, n ranks.
   std::vector<std::vector<Count>> counts(sizes.size());
   for (size_t s = 0; s < sizes.size(); ++s) {
     Profile profile = ProfileAtMicrobatch(request.profile, sizes[s]);
     profile.step_costs.reset();
-    // The pipelines of n = 1..max ranks, then n one-rank replicas for n = 2..concurrent_ranks (past
-    // it core sharing prices the cores' share), where the pipeline of n is not that layout already.
-    std::vector<std::pair<int, int>> layouts;  // (K, D)
     for (int n = 1; n <= request.max_ranks_per_node; ++n) {
       const int stages = StagesFor(n, profile.num_layers());
-      layouts.emplace_back(stages, n / stages);
-    }
-    for (int n = 2; n <= std::min(request.max_ranks_per_node, request.concurrent_ranks); ++n) {
-      if (layouts[static_cast<size_t>(n - 1)].first > 1) layouts.emplace_back(1, n);
-    }
-    for (size_t i = 0; i < layouts.size(); ++i) {
-      const auto [stages, replicas] = layouts[i];
-      const int n = stages * replicas;
+      const int replicas = n / stages;
       const int microbatches = 2 * stages;
       SearchRequest plan;
       plan.profile = profile;
@@ -105,12 +92,9 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
       plan.remat = RematPolicy::kOff;
       plan.optimizer = Optimizer::kSgd;
       Count count;
-      count.ranks = n;
-      count.replicas_only = i >= static_cast<size_t>(request.max_ranks_per_node);
       count.what = std::to_string(n) + " rank" + (n == 1 ? "" : "s") + " (K=" + std::to_string(stages) +
                    ", D=" + std::to_string(replicas) + ") at micro-batches of " + std::to_string(sizes[s]);
-      count.stem = request.dir + "/mb" + std::to_string(sizes[s]) + "-k" + std::to_string(stages) + "-d" +
-                   std::to_string(replicas);
+      count.stem = request.dir + "/mb" + std::to_string(sizes[s]) + "-ranks-" + std::to_string(n);
       Expected<std::string> plan_path = WritePlan(plan, count.stem);
       if (!plan_path.ok()) return plan_path.status().WithContext("planning the pipeline probe of " + count.what);
       made.push_back(*plan_path);
@@ -119,7 +103,7 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
     }
   }
   // Round after round over every size and count, so that the counts of a round run seconds apart.
-  // rounds[s][r][i]: layout i of counts[s].
+  // rounds[s][r][n - 1].
   std::vector<std::vector<std::vector<ProbeFigures>>> rounds(
       sizes.size(), std::vector<std::vector<ProbeFigures>>(static_cast<size_t>(request.rounds)));
   for (int round = 0; round < request.rounds; ++round) {
@@ -141,53 +125,25 @@ Expected<PipelineProbeResult> MeasurePipelineComputeScale(const PipelineProbeReq
     Expected<ProbeFactors> factors = CombineProbeRounds(rounds[s], request.one_rank_scale);
     if (!factors.ok()) return factors.status().WithContext("micro-batches of " + std::to_string(sizes[s]));
     const double one = request.one_rank_scale.median;
-    ColocatedAtSize at;
-    at.microbatch_size = sizes[s];
-    struct Replicas {
-      int ranks;
-      Measured scale, gap_ms;
-    };
-    std::vector<Replicas> replicas;
     std::vector<double> fitted = {1.0};
     for (size_t i = 0; i < counts[s].size(); ++i) {
-      const Count& count = counts[s][i];
       Measured& scale = factors->compute_scale[i];
-      progress << "  " << count.what << ": compute " << Format("%.3f", scale.median) << "x the profile";
-      // Replicas never wait for one another: all of them compute throughout, and the average is the
-      // factor while all compute. A pipeline's average includes moments when fewer do.
-      if (!count.replicas_only && i > 0 && static_cast<int>(i) < request.concurrent_ranks) {
-        Expected<Plan> plan = LoadPlan(count.plan_path);
+      progress << "  " << counts[s][i].what << ": compute " << Format("%.3f", scale.median) << "x the profile";
+      if (i > 0 && static_cast<int>(i) < request.concurrent_ranks) {
+        Expected<Plan> plan = LoadPlan(counts[s][i].plan_path);
         if (!plan.ok()) return plan.status();
         Expected<double> q = FitToCoreSharing(*plan, fitted, scale.median / one, request.concurrent_ranks);
-        if (!q.ok()) return q.status().WithContext("fitting the pipeline probe of " + count.what);
+        if (!q.ok()) return q.status().WithContext("fitting the pipeline probe of " + counts[s][i].what);
         scale.spread *= *q * one / scale.median;
         scale.median = *q * one;
         fitted.push_back(*q);
         progress << " on average, " << Format("%.3f", scale.median) << "x while all " << i + 1 << " compute";
       }
-      progress << ", " << Format("%.3f", factors->action_gap_ms[i].median) << " ms between actions per forward or backward";
-      if (!count.replicas_only) progress << ", " << Format("%.3f", factors->send_ms[i].median) << " ms per send";
-      progress << "\n";
-      if (count.replicas_only) {
-        replicas.push_back({count.ranks, scale, factors->action_gap_ms[i]});
-      } else {
-        at.compute_scale.push_back(scale);
-        at.action_gap_ms.push_back(factors->action_gap_ms[i]);
-        at.send_ms.push_back(factors->send_ms[i]);
-      }
+      progress << ", " << Format("%.3f", factors->action_gap_ms[i].median) << " ms between actions per forward or backward, "
+               << Format("%.3f", factors->send_ms[i].median) << " ms per send\n";
     }
-    // Entry n - 1 of the replica figures is n ranks: one rank's, and a count whose pipeline is
-    // replicas of one rank already (a model of one layer), are the pipeline's.
-    if (!replicas.empty()) {
-      const size_t probed = static_cast<size_t>(std::min(request.max_ranks_per_node, request.concurrent_ranks));
-      at.replica_compute_scale.assign(at.compute_scale.begin(), at.compute_scale.begin() + probed);
-      at.replica_action_gap_ms.assign(at.action_gap_ms.begin(), at.action_gap_ms.begin() + probed);
-      for (const Replicas& r : replicas) {
-        at.replica_compute_scale[static_cast<size_t>(r.ranks - 1)] = r.scale;
-        at.replica_action_gap_ms[static_cast<size_t>(r.ranks - 1)] = r.gap_ms;
-      }
-    }
-    result.push_back(std::move(at));
+    result.push_back({sizes[s], std::move(factors->compute_scale), std::move(factors->action_gap_ms),
+                      std::move(factors->send_ms)});
   }
   // File by file: std::filesystem::remove_all resolves to libtorch's copy, which crashes here.
   for (const std::string& path : made) std::filesystem::remove(path, ec);

@@ -8,11 +8,6 @@
 // one alone, while a K=2 pipeline's actions ran 1.4-1.7x the profile (a rank waiting for its
 // peer idles its core, and its next action starts cold).
 //
-// Pipelines are not the only layout: n one-rank replicas (K=1, D=n) never wait for one another,
-// and on the 2-core machine two ran about as fast as one while a two-rank pipeline's actions ran
-// 1.35x the profile. So for n = 2..concurrent_ranks the rounds also run that layout, kept apart
-// (StepCosts::replica_compute_scale) for plans with one rank per pipeline.
-//
 // The factor for n ranks is the sum over the run's (rank, op, stage) of the mean action time, less
 // the executor's per-action overheads the simulator adds on its own, over the profile's times for
 // them, divided by the same figure of the one-rank run in the same round (up to the ranks the
@@ -69,9 +64,7 @@ struct PipelineProbeRequest {
 
 /// Per size, ascending, and in each per count n = 1..max_ranks_per_node (entry n - 1): the compute
 /// factor; the time between actions (each rank's "between" of compare) per forward and backward
-/// action, from the same run; the mean time a send occupied its rank (0 for one stage); and for
-/// n = 1..min(max_ranks_per_node, concurrent_ranks) the replicas' factor and gap (none when
-/// concurrent_ranks is below 2).
+/// action, from the same run; the mean time a send occupied its rank (0 for one stage).
 using PipelineProbeResult = std::vector<ColocatedAtSize>;
 
 /// Errors name the size, the count and the run's log.

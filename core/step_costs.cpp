@@ -42,14 +42,6 @@ nlohmann::json MeasuredListToJson(const std::vector<Measured>& list) {
   return json;
 }
 
-// The replica layout's gaps, when given, are one per count its compute factors have.
-Status PairedReplicaLists(const std::vector<Measured>& scales, const std::vector<Measured>& gaps, const std::string& where) {
-  if (gaps.empty() || gaps.size() == scales.size()) return Status::Ok();
-  return Status::Invalid(where + ".replica_action_gap_ms: " + std::to_string(gaps.size()) +
-                         " entries where replica_compute_scale has " + std::to_string(scales.size()) +
-                         " (one per count of ranks on the node)");
-}
-
 // The probe's figures per size, ascending and distinct, each list as long as the first entry's.
 std::vector<ColocatedAtSize> ReadBySize(ObjectReader& r, Status* status) {
   std::vector<ColocatedAtSize> sizes;
@@ -69,14 +61,8 @@ std::vector<ColocatedAtSize> ReadBySize(ObjectReader& r, Status* status) {
     at.compute_scale = ReadMeasuredList(e, "compute_scale", status, true);
     at.action_gap_ms = ReadMeasuredList(e, "action_gap_ms", status, false);
     at.send_ms = ReadMeasuredList(e, "send_ms", status, false);
-    at.replica_compute_scale = ReadMeasuredList(e, "replica_compute_scale", status, true);
-    at.replica_action_gap_ms = ReadMeasuredList(e, "replica_action_gap_ms", status, false);
     if (!e.status().ok()) {
       *status = e.status();
-      break;
-    }
-    if (Status paired = PairedReplicaLists(at.replica_compute_scale, at.replica_action_gap_ms, where); !paired.ok()) {
-      *status = paired;
       break;
     }
     if (!sizes.empty() && at.microbatch_size <= sizes.back().microbatch_size) {
@@ -87,9 +73,7 @@ std::vector<ColocatedAtSize> ReadBySize(ObjectReader& r, Status* status) {
     }
     if (!sizes.empty() && (at.compute_scale.size() != sizes[0].compute_scale.size() ||
                            at.action_gap_ms.size() != sizes[0].action_gap_ms.size() ||
-                           at.send_ms.size() != sizes[0].send_ms.size() ||
-                           at.replica_compute_scale.size() != sizes[0].replica_compute_scale.size() ||
-                           at.replica_action_gap_ms.size() != sizes[0].replica_action_gap_ms.size())) {
+                           at.send_ms.size() != sizes[0].send_ms.size())) {
       *status = Status::Invalid(where + ": measured " + std::to_string(at.compute_scale.size()) +
                                 " counts of ranks, by_microbatch_size[0] " + std::to_string(sizes[0].compute_scale.size()) +
                                 " (every size of one probe measures the same counts, with and without sends alike)");
@@ -113,23 +97,17 @@ void Take(StepCosts& costs, const ColocatedAtSize& at) {
   costs.compute_scale = at.compute_scale;
   costs.action_gap_ms = at.action_gap_ms;
   costs.send_ms = at.send_ms;
-  costs.replica_compute_scale = at.replica_compute_scale;
-  costs.replica_action_gap_ms = at.replica_action_gap_ms;
 }
 
 }  // namespace
 
-Calibration StepCosts::AsCalibration(const std::string& optimizer, int pipeline_ranks) const {
+Calibration StepCosts::AsCalibration(const std::string& optimizer) const {
   Calibration c;
-  // Replicas of one rank each ran as their own layout: their figures where the probe has them.
-  const bool replicas = pipeline_ranks == 1 && !replica_compute_scale.empty();
-  const std::vector<Measured>& scales = replicas ? replica_compute_scale : compute_scale;
-  const std::vector<Measured>& gaps = replicas ? replica_action_gap_ms : action_gap_ms;
-  for (const Measured& scale : scales) c.compute_scale.push_back(scale.median);
+  for (const Measured& scale : compute_scale) c.compute_scale.push_back(scale.median);
   c.step_overhead_ms = step_overhead_ms.median;
   // One entry per ranks-per-node count the gap was measured for; one for all without it.
-  for (size_t n = 0; n < std::max<size_t>(1, gaps.size()); ++n) {
-    const double gap = gaps.empty() ? 0.0 : gaps[n].median;
+  for (size_t n = 0; n < std::max<size_t>(1, action_gap_ms.size()); ++n) {
+    const double gap = action_gap_ms.empty() ? 0.0 : action_gap_ms[n].median;
     c.forward_overhead_ms.push_back(forward_overhead_ms.median + gap);
     c.backward_overhead_ms.push_back(backward_overhead_ms.median + gap);
   }
@@ -165,8 +143,6 @@ StepCosts StepCosts::AtMicrobatch(int64_t microbatch_size, std::string* note) co
     out.compute_scale = MixLists(a.compute_scale, b.compute_scale, t);
     out.action_gap_ms = MixLists(a.action_gap_ms, b.action_gap_ms, t);
     out.send_ms = MixLists(a.send_ms, b.send_ms, t);
-    out.replica_compute_scale = MixLists(a.replica_compute_scale, b.replica_compute_scale, t);
-    out.replica_action_gap_ms = MixLists(a.replica_action_gap_ms, b.replica_action_gap_ms, t);
     if (note != nullptr) {
       *note = "co-located ranks at micro-batches of " + size + ": interpolated between the probe's " +
               std::to_string(a.microbatch_size) + " and " + std::to_string(b.microbatch_size) + " (in log size)";
@@ -196,9 +172,6 @@ Expected<StepCosts> StepCostsFromJson(const nlohmann::json& json, const std::str
   costs.compute_scale = ReadMeasuredList(r, "compute_scale", &status, true);
   costs.action_gap_ms = ReadMeasuredList(r, "action_gap_ms", &status, false);
   costs.send_ms = ReadMeasuredList(r, "send_ms", &status, false);
-  costs.replica_compute_scale = ReadMeasuredList(r, "replica_compute_scale", &status, true);
-  costs.replica_action_gap_ms = ReadMeasuredList(r, "replica_action_gap_ms", &status, false);
-  if (status.ok()) status = PairedReplicaLists(costs.replica_compute_scale, costs.replica_action_gap_ms, where);
   costs.by_microbatch_size = ReadBySize(r, &status);
   costs.concurrent_ranks = static_cast<int>(r.OptionalInteger("concurrent_ranks", 1, 1 << 20, 0));
   costs.sends_held = r.OptionalBool("sends_held", false);
@@ -219,16 +192,12 @@ nlohmann::json StepCostsToJson(const StepCosts& costs) {
                          {"sends_held", costs.sends_held}};
   if (!costs.action_gap_ms.empty()) json["action_gap_ms"] = MeasuredListToJson(costs.action_gap_ms);
   if (!costs.send_ms.empty()) json["send_ms"] = MeasuredListToJson(costs.send_ms);
-  if (!costs.replica_compute_scale.empty()) json["replica_compute_scale"] = MeasuredListToJson(costs.replica_compute_scale);
-  if (!costs.replica_action_gap_ms.empty()) json["replica_action_gap_ms"] = MeasuredListToJson(costs.replica_action_gap_ms);
   if (!costs.by_microbatch_size.empty()) {
     nlohmann::json sizes = nlohmann::json::array();
     for (const ColocatedAtSize& at : costs.by_microbatch_size) {
       nlohmann::json entry = {{"microbatch_size", at.microbatch_size}, {"compute_scale", MeasuredListToJson(at.compute_scale)}};
       if (!at.action_gap_ms.empty()) entry["action_gap_ms"] = MeasuredListToJson(at.action_gap_ms);
       if (!at.send_ms.empty()) entry["send_ms"] = MeasuredListToJson(at.send_ms);
-      if (!at.replica_compute_scale.empty()) entry["replica_compute_scale"] = MeasuredListToJson(at.replica_compute_scale);
-      if (!at.replica_action_gap_ms.empty()) entry["replica_action_gap_ms"] = MeasuredListToJson(at.replica_action_gap_ms);
       sizes.push_back(std::move(entry));
     }
     json["by_microbatch_size"] = std::move(sizes);

@@ -33,10 +33,6 @@ struct ColocatedAtSize {
   std::vector<Measured> compute_scale;
   std::vector<Measured> action_gap_ms;
   std::vector<Measured> send_ms;
-  /// Entry n - 1: n ranks on the node as n replicas of a one-rank pipeline (K=1, D=n), from the
-  /// same rounds; empty where the probe did not run that layout.
-  std::vector<Measured> replica_compute_scale;
-  std::vector<Measured> replica_action_gap_ms;
 };
 
 struct StepCosts {
@@ -64,14 +60,6 @@ struct StepCosts {
   /// then stalls for milliseconds. 0 where the run had no sends (one stage). Plans with n ranks per
   /// node use it in place of the cluster's send_overhead_ms.
   std::vector<Measured> send_ms;
-  /// Entry n - 1: compute_scale and action_gap_ms for n ranks on the node that are n replicas of a
-  /// one-rank pipeline (K=1, D=n), measured by running that layout. Such ranks never wait for one
-  /// another, so their cores never idle between actions: on the 2-core machine two of them ran
-  /// 1.00-1.07x one rank where a two-rank pipeline's actions ran 1.35x. Plans with one rank per
-  /// pipeline take these (AsCalibration); measured for n up to concurrent_ranks, past which core
-  /// sharing prices the cores' share. Empty in profiles made before: such plans take compute_scale.
-  std::vector<Measured> replica_compute_scale;
-  std::vector<Measured> replica_action_gap_ms;
   /// How many ranks the profiled node computes at full speed at once: its hardware threads over
   /// the profile's intra-op threads per rank (CPU). Past that, ranks computing at the same moment
   /// share the node's cores (the simulator's core sharing, simulator/cost_model.h). 0: not
@@ -87,12 +75,11 @@ struct StepCosts {
   std::string source;
 
   /// The calibration these measurements stand for, for the plan's optimizer ("adam-mixed" runs as
-  /// "adam"); an optimizer that was not measured gets no optimizer term. A plan whose pipelines
-  /// have one rank (`pipeline_ranks` 1) takes the replica figures where they were measured.
-  Calibration AsCalibration(const std::string& optimizer, int pipeline_ranks = 0) const;
+  /// "adam"); an optimizer that was not measured gets no optimizer term.
+  Calibration AsCalibration(const std::string& optimizer) const;
 
-  /// These costs for micro-batches of `microbatch_size` samples: compute_scale, action_gap_ms,
-  /// send_ms and the replica figures from by_microbatch_size, the entry at that size; between two probed sizes, each figure
+  /// These costs for micro-batches of `microbatch_size` samples: compute_scale, action_gap_ms and
+  /// send_ms from by_microbatch_size, the entry at that size; between two probed sizes, each figure
   /// interpolated linearly in the logarithm of the size (the slowdown fell about as much from 1 to
   /// 2 samples as from 2 to 8); outside them, the nearest size's. `note`, when given, receives how
   /// ("" when probed at that size or when nothing was probed per size).

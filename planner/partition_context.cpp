@@ -9,7 +9,7 @@ namespace gpipe::partition_internal {
 
 PartitionContext::PartitionContext(const PartitionProblem& problem)
     : p_(problem),
-      calibration_(EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer, problem.ranks)),
+      calibration_(EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer)),
       table_(*problem.profile, static_cast<double>(problem.global_batch) /
                                    (static_cast<double>(problem.replicas) * problem.microbatches) /
                                    static_cast<double>(problem.profile->microbatch_size),

@@ -57,7 +57,7 @@ double CheapBound(const PartitionProblem& problem) {
                  (static_cast<double>(problem.replicas) * problem.microbatches) /
                  static_cast<double>(problem.profile->microbatch_size);
   const std::optional<Calibration> calibration =
-      EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer, problem.ranks);
+      EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
   if (calibration) {
     // Under core sharing the stage times carry one rank's factor and sharing only slows them.
     const int per_node = RanksPerNode(*problem.cluster, problem.ranks * problem.replicas);

@@ -45,7 +45,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                          "; times and activations are scaled linearly by " + FormatScale(model.scale);
   }
   const bool split = SplitsBackward(plan.schedule);
-  const std::optional<Calibration> effective = EffectiveCalibration(profile, plan.cluster, plan.optimizer, plan.num_ranks());
+  const std::optional<Calibration> effective = EffectiveCalibration(profile, plan.cluster, plan.optimizer);
   const Calibration* calibration = effective ? &*effective : nullptr;
   if (plan.cluster.calibration) {
     model.calibration_note = "calibrated from runs (the cluster's calibration)";
@@ -166,11 +166,10 @@ CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const 
   return sharing;
 }
 
-std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer,
-                                                int pipeline_ranks) {
+std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer) {
   if (cluster.calibration) return cluster.calibration;
   std::optional<Calibration> measured;
-  if (profile.step_costs) measured = profile.step_costs->AsCalibration(OptimizerName(optimizer), pipeline_ranks);
+  if (profile.step_costs) measured = profile.step_costs->AsCalibration(OptimizerName(optimizer));
   if (cluster.send_overhead_ms) {
     if (!measured) measured = Calibration();
     measured->send_overhead_ms = *cluster.send_overhead_ms;

@@ -206,12 +206,9 @@ CoreSharing CoreSharingOf(const Profile& profile, const Cluster& cluster, const 
 
 /// The calibration a prediction uses: the cluster's (fitted from runs by `calibrate`) when it has
 /// one, else what the profile's measured step costs stand for (core/step_costs.h) with the
-/// cluster's measured send overhead, else none. `pipeline_ranks` is the plan's K: replicas of a
-/// one-rank pipeline take the figures the profiler measured for that layout
-/// (StepCosts::replica_compute_scale).
+/// cluster's measured send overhead, else none.
 /// The simulator and the planner both take it from here.
-std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer,
-                                                int pipeline_ranks);
+std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cluster& cluster, Optimizer optimizer);
 
 /// REQUIRES: ValidatePlan(plan) is ok. Fails when the schedule needs what the profile lacks
 /// (zero-bubble schedules need every layer's backward_weight_ms: CheckWeightTimes).

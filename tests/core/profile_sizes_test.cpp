@@ -45,7 +45,7 @@ TEST(ProfileSizesTest, TheColocatedFiguresFollowTheSize) {
   Profile p = TwoSizes();
   StepCosts costs;
   costs.compute_scale = {{1.0, 0.0}, {1.1, 0.0}};
-  costs.by_microbatch_size = {{4, {{1.0, 0.0}, {1.3, 0.0}}, {}, {}, {}, {}}, {8, {{1.0, 0.0}, {1.1, 0.0}}, {}, {}, {}, {}}};
+  costs.by_microbatch_size = {{4, {{1.0, 0.0}, {1.3, 0.0}}, {}, {}}, {8, {{1.0, 0.0}, {1.1, 0.0}}, {}, {}}};
   p.step_costs = costs;
   EXPECT_EQ(ProfileAtMicrobatch(p, 4).step_costs->compute_scale[1].median, 1.3);
   EXPECT_NEAR(ProfileAtMicrobatch(p, 6).step_costs->compute_scale[1].median, 1.3 - 0.2 * std::log(1.5) / std::log(2.0), 1e-12);

@@ -244,8 +244,8 @@ TEST(StepCosts, AClusterCalibrationFittedFromRunsTakesPrecedence) {
 // The co-located figures probed at 1 and 8 samples per micro-batch: two ranks 1.2x at 1, 1.0x at 8.
 StepCosts ProbedAtTwoSizes() {
   StepCosts costs = Measured();
-  costs.by_microbatch_size = {{1, {{1.0, 0.0}, {1.2, 0.02}}, {{0.04, 0.0}, {0.07, 0.0}}, {{0.0, 0.0}, {0.1, 0.0}}, {}, {}},
-                              {8, {{1.0, 0.0}, {1.0, 0.01}}, {{0.04, 0.0}, {0.04, 0.0}}, {{0.0, 0.0}, {0.4, 0.0}}, {}, {}}};
+  costs.by_microbatch_size = {{1, {{1.0, 0.0}, {1.2, 0.02}}, {{0.04, 0.0}, {0.07, 0.0}}, {{0.0, 0.0}, {0.1, 0.0}}},
+                              {8, {{1.0, 0.0}, {1.0, 0.01}}, {{0.04, 0.0}, {0.04, 0.0}}, {{0.0, 0.0}, {0.4, 0.0}}}};
   return costs;
 }
 
@@ -296,66 +296,6 @@ TEST(StepCosts, ThePlansMicrobatchSizePicksTheColocatedFigures) {
   const CostModel bare8 = BuildCostModel(plan).value();
   plan.profile.step_costs = ProbedAtTwoSizes();
   EXPECT_NEAR(BuildCostModel(plan).value().stages[0].forward_ms, bare8.stages[0].forward_ms + 0.02 + 0.04, 1e-9);
-}
-
-TEST(StepCosts, ReplicasOfOneRankTakeTheFiguresMeasuredForThatLayout) {
-  // Two ranks of a pipeline slow each other 1.5x; two one-rank replicas, which never wait for each
-  // other, were measured at 1.05x, with less lost between actions.
-  StepCosts costs = Measured();
-  costs.action_gap_ms = {{0.1, 0.0}, {0.25, 0.0}};
-  costs.replica_compute_scale = {{1.0, 0.0}, {1.05, 0.01}};
-  costs.replica_action_gap_ms = {{0.1, 0.0}, {0.12, 0.0}};
-  Plan replicas = FourLayers(1, 2, Optimizer::kSgd);
-  const CostModel bare = BuildCostModel(replicas).value();
-  replicas.profile.step_costs = costs;
-  EXPECT_NEAR(BuildCostModel(replicas).value().stages[0].forward_ms, 1.05 * bare.stages[0].forward_ms + 0.02 + 0.12, 1e-9);
-  // A pipeline of two ranks keeps the pipeline's figures.
-  Plan pipeline = FourLayers(2, 1, Optimizer::kSgd);
-  const CostModel bare_pipeline = BuildCostModel(pipeline).value();
-  pipeline.profile.step_costs = costs;
-  EXPECT_NEAR(BuildCostModel(pipeline).value().stages[0].forward_ms,
-              1.5 * bare_pipeline.stages[0].forward_ms + 0.02 + 0.25, 1e-9);
-  // A profile without the replica figures prices replicas as the pipeline of as many ranks.
-  replicas.profile.step_costs->replica_compute_scale.clear();
-  replicas.profile.step_costs->replica_action_gap_ms.clear();
-  EXPECT_NEAR(BuildCostModel(replicas).value().stages[0].forward_ms, 1.5 * bare.stages[0].forward_ms + 0.02 + 0.25, 1e-9);
-  // With core sharing on, the rate while both replicas compute is one rank's over theirs.
-  replicas.profile.step_costs = costs;
-  replicas.profile.step_costs->concurrent_ranks = 2;
-  const CostModel shared = BuildCostModel(replicas).value();
-  ASSERT_EQ(shared.active_rate.size(), 2u);
-  EXPECT_NEAR(shared.active_rate[1], 1.0 / 1.05, 1e-12);
-  // They travel through the profile file, at the top level and per size.
-  costs.by_microbatch_size = {{4, costs.compute_scale, costs.action_gap_ms, {}, costs.replica_compute_scale,
-                               costs.replica_action_gap_ms},
-                              {8, costs.compute_scale, costs.action_gap_ms, {}, {{1.0, 0.0}, {1.25, 0.0}},
-                               {{0.2, 0.0}, {0.3, 0.0}}}};
-  Profile profile = replicas.profile;
-  profile.step_costs = costs;
-  const Expected<Profile> back = ProfileFromJson(ProfileToJson(profile), "p.json");
-  ASSERT_TRUE(back.ok()) << back.status().message();
-  EXPECT_EQ(back->step_costs->replica_compute_scale[1].median, 1.05);
-  EXPECT_EQ(back->step_costs->replica_action_gap_ms[1].median, 0.12);
-  const StepCosts at8 = back->step_costs->AtMicrobatch(8);
-  EXPECT_EQ(at8.replica_compute_scale[1].median, 1.25);
-  EXPECT_EQ(at8.replica_action_gap_ms[1].median, 0.3);
-  // Halfway between 4 and 8 in log size.
-  EXPECT_NEAR(back->step_costs->AtMicrobatch(6).replica_compute_scale[1].median,
-              1.05 + 0.2 * std::log(1.5) / std::log(2.0), 1e-12);
-  // Gaps for other counts than the factors are refused, naming the field.
-  nlohmann::json json = ProfileToJson(profile);
-  json["step_costs"]["replica_action_gap_ms"].erase(1);
-  Expected<Profile> bad = ProfileFromJson(json, "p.json");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("step_costs.replica_action_gap_ms: 1 entries where replica_compute_scale has 2"),
-            std::string::npos)
-      << bad.status().message();
-  json = ProfileToJson(profile);
-  json["step_costs"]["by_microbatch_size"][1]["replica_compute_scale"].erase(1);
-  bad = ProfileFromJson(json, "p.json");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("by_microbatch_size[1].replica_action_gap_ms"), std::string::npos)
-      << bad.status().message();
 }
 
 TEST(StepCosts, BadPerSizeFiguresNameTheEntry) {
