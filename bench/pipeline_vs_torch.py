@@ -171,7 +171,7 @@ def _run_single(spec, global_batch, steps, m=1):
     import torch
     torch.manual_seed(int(spec.get("seed", 1234)))
     model = torch.nn.Sequential(*build_layers(spec))
-    opt = torch.optim.Adam(model.parameters(), lr=float(spec.get("learning_rate", 1e-3)))
+    opt = torch.optim.Adam(model.parameters(), lr=float(spec.get("training", {}).get("learning_rate", spec.get("learning_rate", 1e-3))))
     times, losses = [], []
     for x, y in _batches(spec, global_batch, steps, seed=7):
         t0 = time.perf_counter()
@@ -212,7 +212,7 @@ def _run_pipeline(rank, spec, cut, schedule_name, m, global_batch, steps):
                           input_args=in_meta, output_args=out_meta)
     cls = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
     sched = cls(stage, n_microbatches=m, loss_fn=_loss_fn)
-    opt = torch.optim.Adam(stage_mod.parameters(), lr=float(spec.get("learning_rate", 1e-3)))
+    opt = torch.optim.Adam(stage_mod.parameters(), lr=float(spec.get("training", {}).get("learning_rate", spec.get("learning_rate", 1e-3))))
     times, losses = [], []
     for x, y in _batches(spec, global_batch, steps, seed=7):
         dist.barrier()

@@ -2,6 +2,7 @@
 // (or SLURM's variables) in the environment it is the launcher: it starts this node's ranks as
 // processes of this same binary, which find those variables and train. Rank 0 writes the record.
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <ostream>
 
@@ -11,6 +12,7 @@
 #include "core/model.h"
 #include "core/plan.h"
 #include "core/run_record.h"
+#include "core/safetensors.h"
 #include "core/text.h"
 #include "core/units.h"
 #include "executor/launcher.h"
@@ -41,6 +43,12 @@ class RunCommand : public Command {
     app.add_option("--checkpoint-dir", checkpoint_dir_, "Save checkpoints here (atomically)");
     app.add_option("--checkpoint-every", checkpoint_every_, "Save every N steps (and after the last) (default: with --checkpoint-dir, after the last step only)")->check(CLI::Range(1, 1 << 30));
     app.add_flag("--resume", resume_, "Continue from the latest checkpoint in --checkpoint-dir");
+    app.add_option("--save-weights", save_weights_,
+                   "After the last step, write the whole model's weights here as one safetensors file, named as "
+                   "the model's nn.Sequential names them (every checkpoint holds them too: step-N/model.safetensors)");
+    app.add_option("--init-weights", init_weights_,
+                   "Start from the weights in this safetensors file (one that --save-weights wrote, or a PyTorch "
+                   "state_dict saved with safetensors) instead of the seeded initial weights");
     app.add_option("--timeout", timeout_s_, "Seconds any rank waits for another before giving up with an error")
         ->check(CLI::Range(1, 86400));
     app.add_flag("--in-process", in_process_, "Run every rank as a thread of this process (no c10d; for checks)");
@@ -59,6 +67,9 @@ class RunCommand : public Command {
         "  gpipe-plan run build/tiny-gpt-plan.json --model models/tiny-gpt.json --steps 20 --record run.json\n"
         "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --checkpoint-every 5\n"
         "  gpipe-plan run PLAN.json --model models/tiny-gpt.json --checkpoint-dir ckpt --resume --steps 40\n"
+        "  gpipe-plan run PLAN.json --model models/examples/gpt2.json --save-weights gpt2.safetensors\n"
+        "    then in Python: seq = build(); safetensors.torch.load_model(seq, \"gpt2.safetensors\")\n"
+        "  gpipe-plan run PLAN.json --model models/examples/gpt2.json --init-weights gpt2.safetensors (fine-tune)\n"
         "  a model written in Python (\"python\": \"file.py:build\", traced once before the ranks start):\n"
         "    gpipe-plan run gpt2-plan.json --model models/examples/gpt2.json --steps 5\n"
         "  check a plan under NCCL's rules on the CPU before a GPU run:\n"
@@ -78,6 +89,25 @@ class RunCommand : public Command {
       return Fail(err, "run", Status::Usage("--checkpoint-every needs --checkpoint-dir"));
     }
     if (resume_ && checkpoint_dir_.empty()) return Fail(err, "run", Status::Usage("--resume needs --checkpoint-dir"));
+    if (resume_ && !init_weights_.empty()) {
+      return Fail(err, "run", Status::Usage("--init-weights and --resume: the checkpoint holds the weights to resume "
+                                            "from; drop one of them"));
+    }
+    // Checked before any rank starts: a bad file is one line, and no training is lost to a
+    // folder that does not exist when the weights are written at the end.
+    if (!init_weights_.empty()) {
+      if (Expected<SafetensorsFile> file = OpenSafetensors(init_weights_); !file.ok()) {
+        return Fail(err, "run", file.status().WithContext("--init-weights"));
+      }
+    }
+    if (!save_weights_.empty()) {
+      const std::filesystem::path folder = std::filesystem::absolute(save_weights_).parent_path();
+      std::error_code error;
+      if (!std::filesystem::is_directory(folder, error)) {
+        return Fail(err, "run", Status::Usage("--save-weights " + save_weights_ + ": the folder " + folder.string() +
+                                              " does not exist; create it first"));
+      }
+    }
 #ifndef GPIPE_WITH_TORCH
     (void)out;
     return Fail(err, "run", Status::Invalid(kNoExecutor));
@@ -91,6 +121,8 @@ class RunCommand : public Command {
     settings.checkpoint_dir = checkpoint_dir_;
     settings.checkpoint_every = checkpoint_every_ > 0 ? checkpoint_every_ : (checkpoint_dir_.empty() ? 0 : steps_);
     settings.resume = resume_;
+    settings.init_weights = init_weights_;
+    settings.save_weights = save_weights_;
     settings.wire = wire_;
     if (wire_ != "exact" && !in_process_) {
       return Fail(err, "run", Status::Usage("--wire applies to --in-process runs; a job of processes uses c10d "
@@ -155,6 +187,8 @@ class RunCommand : public Command {
     add("--checkpoint-dir", checkpoint_dir_);
     if (checkpoint_every_ > 0) add("--checkpoint-every", std::to_string(checkpoint_every_));
     if (resume_) launch.argv.push_back("--resume");
+    add("--init-weights", init_weights_);
+    add("--save-weights", save_weights_);
     err << Sprintf("gpipe-plan run: starting %d rank%s on this node (%d in the job), rendezvous %s:%d\n",
                   launch.world_size / nnodes_, launch.world_size / nnodes_ == 1 ? "" : "s", launch.world_size,
                   launch.master_addr.c_str(), launch.master_port);
@@ -181,6 +215,7 @@ class RunCommand : public Command {
   }
 
   std::string plan_path_, model_path_, record_path_, device_ = "cpu", checkpoint_dir_, master_addr_ = "127.0.0.1";
+  std::string init_weights_, save_weights_;
   int steps_ = 10, threads_ = 1, checkpoint_every_ = 0, nnodes_ = 1, node_rank_ = 0, master_port_ = 0;
   double timeout_s_ = 60;
   bool resume_ = false, in_process_ = false;

@@ -13,41 +13,50 @@
 namespace gpipe {
 namespace {
 
-/// Writes all of `contents` to a new file `tmp` and flushes it to the disk; on failure the
-/// message names the system's reason (ENOSPC: "No space left on device") and `tmp` is removed.
-Status WriteAndSync(const std::string& path, const std::string& tmp, const std::string& contents) {
+/// Writes `pieces` one after another to a new file `tmp` and flushes it to the disk; on failure
+/// the message names the system's reason (ENOSPC: "No space left on device") and `tmp` is removed.
+Status WriteAndSync(const std::string& path, const std::string& tmp, const std::vector<std::string_view>& pieces) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     return Status::Invalid(path + ": cannot write " + tmp + ": " + std::strerror(errno) +
                            " (does the directory exist and is it writable?)");
   }
-  const char* data = contents.data();
-  size_t left = contents.size();
+  size_t total = 0, written = 0;
+  for (std::string_view piece : pieces) total += piece.size();
   int error = 0;
-  while (left > 0 && error == 0) {
-    const ssize_t wrote = ::write(fd, data, left);
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) {
-      error = wrote < 0 ? errno : ENOSPC;
-    } else {
-      data += wrote;
-      left -= static_cast<size_t>(wrote);
+  for (std::string_view piece : pieces) {
+    const char* data = piece.data();
+    size_t left = piece.size();
+    while (left > 0 && error == 0) {
+      const ssize_t wrote = ::write(fd, data, left);
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote <= 0) {
+        error = wrote < 0 ? errno : ENOSPC;
+      } else {
+        data += wrote;
+        left -= static_cast<size_t>(wrote);
+        written += static_cast<size_t>(wrote);
+      }
     }
   }
   if (error == 0 && ::fsync(fd) != 0) error = errno;
   if (::close(fd) != 0 && error == 0) error = errno;
   if (error == 0) return Status::Ok();
   ::unlink(tmp.c_str());
-  return Status::Invalid(path + ": write error on " + tmp + " after " + std::to_string(contents.size() - left) +
-                         " of " + std::to_string(contents.size()) + " bytes: " + std::strerror(error) +
-                         " (is the disk full?); " + path + " is as it was");
+  return Status::Invalid(path + ": write error on " + tmp + " after " + std::to_string(written) + " of " +
+                         std::to_string(total) + " bytes: " + std::strerror(error) + " (is the disk full?); " + path +
+                         " is as it was");
 }
 
 }  // namespace
 
 Status WriteFileAtomically(const std::string& path, const std::string& contents) {
+  return WriteFileAtomically(path, std::vector<std::string_view>{contents});
+}
+
+Status WriteFileAtomically(const std::string& path, const std::vector<std::string_view>& pieces) {
   const std::string tmp = path + ".tmp";
-  GPIPE_RETURN_IF_ERROR(WriteAndSync(path, tmp, contents));
+  GPIPE_RETURN_IF_ERROR(WriteAndSync(path, tmp, pieces));
   std::error_code error;
   std::filesystem::rename(tmp, path, error);
   if (error) {

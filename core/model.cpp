@@ -203,7 +203,7 @@ DataSpec DataFromJson(ObjectReader& parent, const ModelInput& input, const std::
 }
 
 const std::set<std::string> kKnownTop = {"format", "name", "input", "data", "loss", "seed",
-                                         "learning_rate", "layers", "torchscript", "python"};
+                                         "learning_rate", "training", "layers", "torchscript", "python"};
 
 }  // namespace
 
@@ -229,7 +229,9 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
     r.Fail("loss", "unknown loss \"" + model.loss + "\"; known: " + ChoicesAndSuggestion(model.loss, {"cross-entropy"}));
   }
   model.seed = static_cast<uint64_t>(r.OptionalInteger("seed", 0, INT64_MAX, 1234));
-  if (r.Has("learning_rate")) model.learning_rate = r.NumberAbove("learning_rate", 0.0);
+  const bool legacy_learning_rate = r.Has("learning_rate");
+  const double learning_rate = legacy_learning_rate ? r.NumberAbove("learning_rate", 0.0) : 0.0;
+  model.training = TrainingFromJson(r, legacy_learning_rate, learning_rate);
   if (!r.status().ok()) return r.status();
   const int sources = (r.Has("layers") ? 1 : 0) + (r.Has("torchscript") ? 1 : 0) + (r.Has("python") ? 1 : 0);
   if (sources != 1) {
@@ -320,7 +322,7 @@ nlohmann::json ModelToJson(const ModelSpec& model) {
   json["data"] = data;
   json["loss"] = model.loss;
   json["seed"] = model.seed;
-  json["learning_rate"] = model.learning_rate;
+  json["training"] = TrainingToJson(model.training);
   if (!model.python_path.empty()) {
     json["python"] = model.python_path + ":" + model.python_function;
     return json;

@@ -5,7 +5,8 @@
 //   {"format": "gpipe-model/1", "name": "tiny-gpt",
 //    "input": {"kind": "tokens", "vocab": 96, "seq_len": 64},
 //    "data": {"kind": "text", "path": "text/public-domain.txt"},
-//    "loss": "cross-entropy", "seed": 1234, "learning_rate": 0.001,
+//    "loss": "cross-entropy", "seed": 1234,
+//    "training": {"learning_rate": 0.001, "weight_decay": 0.1, "clip_grad_norm": 1.0, ...},
 //    "layers": [{"type": "embedding", "vocab": 96, "dim": 64, "max_seq": 64}, ...]}
 //
 // A model written in PyTorch comes as "torchscript": "model.pt" (a scripted nn.Sequential) or as
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
+#include "core/training.h"
 
 namespace gpipe {
 
@@ -79,7 +81,9 @@ struct ModelSpec {
   /// "cross-entropy": over the last dimension of the last layer's output.
   std::string loss = "cross-entropy";
   uint64_t seed = 1234;
-  double learning_rate = 1e-3;
+  /// The optimizer's settings, the learning-rate schedule and clipping (core/training.h); an
+  /// older file's top-level "learning_rate" is training.learning_rate.
+  TrainingSpec training;
   /// Either layers, or a TorchScript file whose children are the layers, or a Python function
   /// returning an nn.Sequential ("python": "file.py:function"), which the executor exports to a
   /// TorchScript file (executor/python_export.h) and then sets torchscript_path.

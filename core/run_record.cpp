@@ -1,6 +1,7 @@
 #include "core/run_record.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 
 #include "core/json_reader.h"
@@ -28,20 +29,43 @@ Status ReadList(ObjectReader& r, std::string_view key, std::vector<T>& out, Pars
   return Status::Ok();
 }
 
-Expected<StepRecord> StepFromJson(const nlohmann::json& json, const std::string& where) {
+}  // namespace
+
+Expected<StepRecord> StepRecordFromJson(const nlohmann::json& json, const std::string& where) {
   ObjectReader r(json, where);
   StepRecord step;
   step.step = static_cast<int>(r.Integer("step", 0, INT32_MAX));
   const nlohmann::json* loss = r.Raw("loss");
   if (loss != nullptr && loss->is_number()) {
     step.loss = loss->get<double>();  // may legitimately be large; NaN is written as null
-  } else if (loss == nullptr || !loss->is_null()) {
+  } else if (loss != nullptr && loss->is_null()) {
+    step.loss = std::numeric_limits<double>::quiet_NaN();
+  } else {
     r.Fail("loss", "is " + (loss ? Describe(*loss) : std::string("missing")) + "; expected a number");
   }
   step.time_ms = r.Number("time_ms", 0.0);
+  if (r.Has("learning_rate")) step.learning_rate = r.Number("learning_rate", 0.0);
+  if (const nlohmann::json* norm = r.Raw("grad_norm"); norm != nullptr) {
+    if (norm->is_number() && norm->get<double>() >= 0) {
+      step.grad_norm = norm->get<double>();
+    } else if (norm->is_null()) {
+      step.grad_norm = std::numeric_limits<double>::quiet_NaN();  // an overflowed norm is written as null
+    } else {
+      r.Fail("grad_norm", "is " + Describe(*norm) + "; expected a number >= 0 or null");
+    }
+  }
   if (!r.status().ok()) return r.status();
   return step;
 }
+
+nlohmann::json StepRecordToJson(const StepRecord& s) {
+  nlohmann::json step = {{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}};
+  if (s.learning_rate) step["learning_rate"] = *s.learning_rate;
+  if (s.grad_norm) step["grad_norm"] = *s.grad_norm;
+  return step;
+}
+
+namespace {
 
 Expected<ActionRecord> ActionFromJson(const nlohmann::json& json, const std::string& where) {
   ObjectReader r(json, where);
@@ -188,7 +212,7 @@ Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::str
   }
   record.throughput_samples_per_s = r.Number("throughput_samples_per_s", 0.0);
   if (!r.status().ok()) return r.status();
-  GPIPE_RETURN_IF_ERROR(ReadList(r, "steps", record.steps, StepFromJson));
+  GPIPE_RETURN_IF_ERROR(ReadList(r, "steps", record.steps, StepRecordFromJson));
   GPIPE_RETURN_IF_ERROR(ReadList(r, "ranks", record.ranks, RankRecordFromJson));
   record.extra = UnknownFields(json, kKnownTop);
   return record;
@@ -213,7 +237,7 @@ nlohmann::json RunRecordToJson(const RunRecord& record) {
   json["clock"] = record.clock;
   nlohmann::json steps = nlohmann::json::array();
   for (const StepRecord& s : record.steps) {
-    steps.push_back({{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}});
+    steps.push_back(StepRecordToJson(s));
   }
   json["steps"] = std::move(steps);
   json["throughput_samples_per_s"] = record.throughput_samples_per_s;

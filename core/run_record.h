@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,10 @@ struct StepRecord {
   int step = 0;
   double loss = 0;
   double time_ms = 0;
+  /// The learning rate the step's update used, and the global gradient norm before clipping
+  /// (every stage, a tied parameter once); absent in older records.
+  std::optional<double> learning_rate{};
+  std::optional<double> grad_norm{};
 };
 
 struct RunRecord {
@@ -104,6 +109,9 @@ Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::str
 Expected<RunRecord> LoadRunRecord(const std::string& path);
 nlohmann::json RunRecordToJson(const RunRecord& record);
 nlohmann::json RankRecordToJson(const RankRecord& rank);
+/// One step: NaN (a loss or norm that overflowed) is written as null and read back as NaN.
+nlohmann::json StepRecordToJson(const StepRecord& step);
+Expected<StepRecord> StepRecordFromJson(const nlohmann::json& json, const std::string& where);
 Expected<RankRecord> RankRecordFromJson(const nlohmann::json& json, const std::string& where);
 
 }  // namespace gpipe

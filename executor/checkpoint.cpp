@@ -36,6 +36,10 @@ torch::Device DeviceOfStages(std::vector<StageSetup>& stages) {
 
 }  // namespace
 
+std::string CheckpointWeightsPath(const std::string& dir, int step) {
+  return (fs::path(StepDir(dir, step)) / "model.safetensors").string();
+}
+
 Status SaveRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,
                      torch::optim::Optimizer& optimizer) {
   const std::string path = RankFile(dir, step, rank);

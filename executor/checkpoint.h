@@ -1,5 +1,7 @@
 // Checkpoints that are never half written. Layout under the checkpoint directory:
 //   step-<N>/rank-<r>.pt     each rank's stage weights, buffers and optimizer state
+//   step-<N>/model.safetensors  the whole model's weights, named as PyTorch names them
+//                            (executor/weights.h), written before the manifest
 //   step-<N>/manifest.json   written by rank 0 once every rank's file is in place
 //   latest                   "step-<N>", replaced atomically after the manifest
 // Every file is written to a temporary name and renamed, so a crash or a full disk mid-write
@@ -23,6 +25,9 @@ struct CheckpointInfo {
   std::string fingerprint;
   int world_size = 0;
 };
+
+/// The checkpoint's weights file after `step` steps: step-<N>/model.safetensors.
+std::string CheckpointWeightsPath(const std::string& dir, int step);
 
 /// Writes this rank's file for a checkpoint after `step` steps.
 Status SaveRankState(const std::string& dir, int step, int rank, std::vector<StageSetup>& stages,

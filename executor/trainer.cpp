@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -16,6 +17,7 @@
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
 #include "executor/stage_runner.h"
+#include "executor/weights.h"
 
 namespace gpipe::executor {
 namespace {
@@ -95,6 +97,30 @@ void SumSharedGradients(Communicator& comm, const std::vector<SharedGroup>& grou
   }
 }
 
+// The squared L2 norm of the whole model's gradient: this rank's share (on replica 0 only, the
+// replicas holding the same summed gradients; a tied parameter on the lowest of its ranks only)
+// summed over every rank.
+double GlobalSquaredGradNorm(Communicator& comm, const std::vector<torch::Tensor>& params,
+                             const std::vector<SharedGroup>& shared, int replica, const torch::Device& device) {
+  std::vector<torch::Tensor> counted;
+  for (const torch::Tensor& p : params) {
+    const auto tie = std::find_if(shared.begin(), shared.end(),
+                                  [&p](const SharedGroup& g) { return g.parameter.is_same(p); });
+    if (tie != shared.end() && tie->ranks.front() != comm.rank()) continue;
+    if (p.grad().defined()) counted.push_back(p.grad());
+  }
+  torch::Tensor sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+  if (replica == 0) {
+    for (const torch::Tensor& g : counted) sum += g.detach().to(torch::kFloat64).pow(2).sum();
+  }
+  if (comm.size() > 1) {
+    std::vector<int> everyone(static_cast<size_t>(comm.size()));
+    for (int r = 0; r < comm.size(); ++r) everyone[static_cast<size_t>(r)] = r;
+    comm.AllReduceSum(sum, everyone);
+  }
+  return sum.item<double>();
+}
+
 }  // namespace
 
 std::string RunFingerprint(const Plan& plan, const ModelSpec& model) {
@@ -105,21 +131,60 @@ std::string RunFingerprint(const Plan& plan, const ModelSpec& model) {
   for (const StagePlan& s : plan.stages) out << " [" << s.first_layer << "," << s.end_layer << ")@" << s.rank;
   nlohmann::json layers = ModelToJson(model);
   layers.erase("data");
+  layers.erase("training");  // a run may resume with other settings or a longer schedule
   out << "; model " << model.name << " #" << std::hex << std::hash<std::string>{}(layers.dump());
   return out.str();
 }
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
                                                        const std::vector<torch::Tensor>& params) {
+  const TrainingSpec& t = model.training;
+  // Two groups: the decayed parameters and the one-dimensional ones (biases, norms), decayed only
+  // with decay_1d. Their split depends on the parameters alone, so a checkpoint's optimizer state
+  // loads whatever the settings.
+  std::vector<torch::Tensor> matrices, vectors;
+  for (const torch::Tensor& p : params) (p.dim() >= 2 ? matrices : vectors).push_back(p);
+  const double vector_decay = t.decay_1d ? t.weight_decay : 0.0;
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  const auto add = [&groups](std::vector<torch::Tensor> group, auto options) {
+    if (!group.empty()) groups.emplace_back(std::move(group), std::make_unique<decltype(options)>(options));
+  };
+  const double lr = LearningRateAt(t, 0);
   switch (plan.optimizer) {
-    case Optimizer::kSgd: return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(model.learning_rate));
-    case Optimizer::kMomentum:
-      return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(model.learning_rate).momentum(0.9));
+    case Optimizer::kSgd:
+    case Optimizer::kMomentum: {
+      const double momentum = plan.optimizer == Optimizer::kMomentum ? t.momentum : 0.0;
+      const auto options = [&](double decay) { return torch::optim::SGDOptions(lr).momentum(momentum).weight_decay(decay); };
+      add(std::move(matrices), options(t.weight_decay));
+      add(std::move(vectors), options(vector_decay));
+      return std::make_unique<torch::optim::SGD>(std::move(groups), options(t.weight_decay));
+    }
     case Optimizer::kAdam:
-    case Optimizer::kAdamMixed:
-      return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(model.learning_rate));
+    case Optimizer::kAdamMixed: {
+      const auto options = [&](double decay) {
+        return torch::optim::AdamWOptions(lr).betas({t.betas[0], t.betas[1]}).eps(t.eps).weight_decay(decay);
+      };
+      add(std::move(matrices), options(t.weight_decay));
+      add(std::move(vectors), options(vector_decay));
+      return std::make_unique<torch::optim::AdamW>(std::move(groups), options(t.weight_decay));
+    }
   }
   return nullptr;
+}
+
+void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) group.options().set_lr(learning_rate);
+}
+
+double ClipGradients(const std::vector<torch::Tensor>& params, double squared_norm, double max_norm) {
+  const double norm = std::sqrt(squared_norm);
+  if (max_norm <= 0) return norm;
+  // As torch.nn.utils.clip_grad_norm_: the coefficient clamped at 1, every gradient multiplied.
+  const double coefficient = std::min(1.0, max_norm / (norm + 1e-6));
+  for (const torch::Tensor& p : params) {
+    if (p.grad().defined()) p.grad().mul_(coefficient);
+  }
+  return norm;
 }
 
 Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const Schedule& lowered,
@@ -176,6 +241,9 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   ActionClock clock(options.device, options.timeout);
   outcome.clock = clock.name();
   StageRunner runner(config, std::move(stages), RankWireOf(lowered, prank, options.posting), comm, clock);
+  if (!options.init_weights.empty() && !options.resume) {
+    GPIPE_RETURN_IF_ERROR(LoadWeights(options.init_weights, plan, model, runner.stages()).WithContext(who));
+  }
   outcome.record.parameter_bytes = meter.CurrentBytes();  // the layers as built, nothing else yet
   outcome.has_last_stage = runner.HasLastStage();
   const std::vector<torch::Tensor> params = runner.Parameters();
@@ -206,6 +274,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   }
 
   const std::vector<Action>& actions = lowered.ranks[static_cast<size_t>(prank)];
+  const bool clips = model.training.clip_grad_norm > 0;
   const int64_t replica_batch = plan.global_batch / D;
   for (int step = first_step; step < options.steps; ++step) {
     {
@@ -237,20 +306,30 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       double loss = runner.StepLoss();
       SumSharedGradients(comm, *shared);
       if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss, options.device);
+      const double learning_rate = LearningRateAt(model.training, step);
+      std::optional<double> grad_norm;
+      if (clips) {
+        grad_norm = ClipGradients(params, GlobalSquaredGradNorm(comm, params, *shared, replica, options.device),
+                                  model.training.clip_grad_norm);
+      }
+      SetLearningRate(*optimizer, learning_rate);
       optimizer->step();
       const double time_ms = clock.EndStep();
+      // Without clipping the step does not need the norm: it is summed after the step's clock
+      // stops, from the gradients the update used.
+      if (!clips) grad_norm = std::sqrt(GlobalSquaredGradNorm(comm, params, *shared, replica, options.device));
       for (auto& [marks, action] : timed) {
         action.start_ms = clock.At(marks.start);
         action.end_ms = clock.At(marks.end);
         if (marks.recompute_start >= 0) action.recompute_ms = clock.At(marks.recompute_end) - clock.At(marks.recompute_start);
         outcome.record.actions.push_back(action);
       }
-      outcome.steps.push_back({step, loss, time_ms});
+      outcome.steps.push_back({step, loss, time_ms, learning_rate, grad_norm});
       step_peak = std::max(step_peak, meter.PeakBytes());
       outcome.record.peak_reserved_bytes = std::max(outcome.record.peak_reserved_bytes, meter.PeakReservedBytes());
       outcome.record.step_peak_memory_bytes.push_back(step_peak);
       outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, step_peak);
-      if (options.on_step) options.on_step(step, options.steps, loss, time_ms);
+      if (options.on_step) options.on_step(outcome.steps.back(), options.steps);
     } catch (const std::exception& e) {
       // Noted here, before this rank's teardown closes its connections: a peer that only loses
       // its connection to this rank notes its own failure later.
@@ -268,6 +347,9 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       GPIPE_RETURN_IF_ERROR(SaveRankState(options.checkpoint_dir, step + 1, comm.rank(), runner.stages(), *optimizer)
                                 .WithContext(who));
       try {
+        GPIPE_RETURN_IF_ERROR(SaveWeights(CheckpointWeightsPath(options.checkpoint_dir, step + 1), plan, model, replica,
+                                          comm, runner.stages())
+                                  .WithContext(who));
         comm.Barrier();
         if (comm.rank() == 0) {
           GPIPE_RETURN_IF_ERROR(CommitCheckpoint(options.checkpoint_dir, {step + 1, fingerprint, comm.size()}));
@@ -277,6 +359,13 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
         return Status::Invalid(who + ": while committing the checkpoint after step " + std::to_string(step + 1) +
                                ": " + e.what());
       }
+    }
+  }
+  if (!options.save_weights.empty()) {
+    try {
+      GPIPE_RETURN_IF_ERROR(SaveWeights(options.save_weights, plan, model, replica, comm, runner.stages()).WithContext(who));
+    } catch (const std::exception& e) {
+      return Status::Invalid(who + ": while writing --save-weights " + options.save_weights + ": " + e.what());
     }
   }
   for (const torch::Tensor& p : params) outcome.parameters.push_back(p.detach().cpu());

@@ -29,14 +29,20 @@ struct TrainOptions {
   int checkpoint_every = 0;
   /// Continue from the latest checkpoint in checkpoint_dir (error when there is none).
   bool resume = false;
+  /// A safetensors file of the whole model (executor/weights.h) to start from (fine-tuning);
+  /// empty: the model's seeded initial weights.
+  std::string init_weights;
+  /// Where to write the whole model's weights after the last step; empty: not written. Every
+  /// checkpoint holds them too.
+  std::string save_weights;
   /// How long the end of a step waits for the device (a GPU stream stuck on a message that never
   /// comes) before failing with an error.
   std::chrono::milliseconds timeout{60000};
   /// How receives are posted; only tests choose the design before lanes, to show it deadlocks.
   WirePosting posting = WirePosting::kAheadInSenderOrder;
-  /// Called on every rank after each step with (step, steps, loss, step time); loss is meaningful
-  /// on ranks that hold the last stage.
-  std::function<void(int, int, double, double)> on_step;
+  /// Called on every rank after each step with the step's record and the number of steps; the
+  /// loss is meaningful on ranks that hold the last stage.
+  std::function<void(const StepRecord&, int)> on_step;
 };
 
 /// What one rank saw.
@@ -65,8 +71,18 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
 /// Merges the ranks' outcomes into one record: a step's time is the slowest rank's.
 RunRecord MergeOutcomes(const Plan& plan, const ModelSpec& model, std::vector<RankOutcome> outcomes);
 
-/// The optimizer the plan names, over `params`, with the model's learning rate.
+/// The optimizer the plan names, over `params`, with the model's training settings
+/// (core/training.h): SGD for sgd and momentum, AdamW for adam and adam-mixed; one-dimensional
+/// parameters in a group of their own, without weight decay unless decay_1d. Its learning rate is
+/// step 0's.
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
                                                        const std::vector<torch::Tensor>& params);
+
+/// Gives every parameter group of `optimizer` this learning rate.
+void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate);
+
+/// Returns the norm sqrt(squared_norm) and, when max_norm > 0, scales every gradient of `params`
+/// by min(1, max_norm / (norm + 1e-6)), as torch.nn.utils.clip_grad_norm_ does.
+double ClipGradients(const std::vector<torch::Tensor>& params, double squared_norm, double max_norm);
 
 }  // namespace gpipe::executor

@@ -40,7 +40,7 @@ Expected<int> IntFromEnv(const std::map<std::string, std::string>& env, const st
 
 nlohmann::json OutcomeToJson(const RankOutcome& o) {
   nlohmann::json steps = nlohmann::json::array();
-  for (const StepRecord& s : o.steps) steps.push_back({{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}});
+  for (const StepRecord& s : o.steps) steps.push_back(StepRecordToJson(s));
   return {{"record", RankRecordToJson(o.record)},
           {"steps", steps},
           {"has_last_stage", o.has_last_stage},
@@ -56,8 +56,9 @@ Expected<RankOutcome> OutcomeFromJson(const std::string& text) {
     if (!record.ok()) return record.status();
     o.record = std::move(*record);
     for (const nlohmann::json& s : json.at("steps")) {
-      o.steps.push_back({s.at("step").get<int>(), s.at("loss").is_number() ? s.at("loss").get<double>() : NAN,
-                         s.at("time_ms").get<double>()});
+      Expected<StepRecord> step = StepRecordFromJson(s, "rank record: steps");
+      if (!step.ok()) return step.status();
+      o.steps.push_back(*step);
     }
     o.has_last_stage = json.at("has_last_stage").get<bool>();
     o.memory_measure = json.at("memory_measure").get<std::string>();
@@ -68,13 +69,16 @@ Expected<RankOutcome> OutcomeFromJson(const std::string& text) {
   return o;
 }
 
-// "step 3/10  loss 4.1234  812.5 samples/s  2.1 s left"
-void PrintProgress(std::ostream& out, int step, int steps, double loss, double time_ms, int64_t batch,
-                   double* mean_ms, int* seen) {
-  *mean_ms = (*mean_ms * *seen + time_ms) / (*seen + 1);
+// "step 3/10  loss 4.1234  lr 6.00e-04  grad norm 1.234  812.5 samples/s  2.1 s left"
+void PrintProgress(std::ostream& out, const StepRecord& step, int steps, int64_t batch, double* mean_ms, int* seen) {
+  *mean_ms = (*mean_ms * *seen + step.time_ms) / (*seen + 1);
   ++*seen;
-  out << Sprintf("step %d/%d  loss %.4f  %.1f samples/s  %.1f s left\n", step + 1, steps, loss,
-                static_cast<double>(batch) / (time_ms / 1000.0), *mean_ms * (steps - step - 1) / 1000.0);
+  std::string optimizer;
+  if (step.learning_rate) optimizer += Sprintf("  lr %.2e", *step.learning_rate);
+  if (step.grad_norm) optimizer += Sprintf("  grad norm %.4g", *step.grad_norm);
+  out << Sprintf("step %d/%d  loss %.4f%s  %.1f samples/s  %.1f s left\n", step.step + 1, steps, step.loss,
+                 optimizer.c_str(), static_cast<double>(batch) / (step.time_ms / 1000.0),
+                 *mean_ms * (steps - step.step - 1) / 1000.0);
   out.flush();
 }
 
@@ -102,6 +106,8 @@ TrainOptions OptionsFrom(const RunSettings& settings) {
   options.checkpoint_dir = settings.checkpoint_dir;
   options.checkpoint_every = settings.checkpoint_every;
   options.resume = settings.resume;
+  options.init_weights = settings.init_weights;
+  options.save_weights = settings.save_weights;
   options.posting = settings.posting;
   options.timeout = settings.timeout;
   return options;
@@ -304,8 +310,8 @@ Expected<std::optional<RunRecord>> RunWorker(const Plan& plan, const ModelSpec& 
   double mean_ms = 0;
   int seen = 0;
   if (reporter) {
-    options.on_step = [&](int step, int steps, double loss, double time_ms) {
-      PrintProgress(progress, step, steps, loss, time_ms, plan.global_batch, &mean_ms, &seen);
+    options.on_step = [&](const StepRecord& step, int steps) {
+      PrintProgress(progress, step, steps, plan.global_batch, &mean_ms, &seen);
     };
   }
   Expected<RankOutcome> outcome = TrainRank(plan, model, *schedule, **comm, options);

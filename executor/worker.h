@@ -65,6 +65,9 @@ struct RunSettings {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool resume = false;
+  /// TrainOptions::init_weights and save_weights.
+  std::string init_weights;
+  std::string save_weights;
   /// For TrainInProcess: "exact" (tags matched exactly, LocalHub) or "nccl" (NCCL's rules,
   /// NcclHub with one queue per pair and direction, as the executor's two NCCL groups).
   std::string wire = "exact";

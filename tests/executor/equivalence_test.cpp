@@ -31,8 +31,11 @@ std::string TestDevice() {
 // On GPU, cuDNN and cuBLAS sum in other orders than the CPU reference.
 double Tolerance(double cpu_atol) { return TestDevice() == "cuda" ? std::max(cpu_atol, 1e-4) : cpu_atol; }
 
-// Parameters of every layer after `steps` single-process steps on the whole batch.
-std::vector<std::vector<torch::Tensor>> Reference(const Plan& plan, const ModelSpec& model, int steps) {
+// Parameters of every layer after `steps` single-process steps on the whole batch, with the
+// model's learning-rate schedule and torch::nn::utils::clip_grad_norm_ (the C++ twin of
+// torch.nn.utils.clip_grad_norm_) when it clips; `norms` gets each step's gradient norm.
+std::vector<std::vector<torch::Tensor>> Reference(const Plan& plan, const ModelSpec& model, int steps,
+                                                  std::vector<double>* norms = nullptr) {
   auto layers = BuildLayers(model, 0, model.num_layers(), torch::kCPU);
   EXPECT_TRUE(layers.ok());
   const std::vector<torch::Tensor> params = ParametersOf(*layers);
@@ -44,6 +47,10 @@ std::vector<std::vector<torch::Tensor>> Reference(const Plan& plan, const ModelS
     torch::Tensor x = batch.input;
     for (auto& layer : *layers) x = layer->Forward(x);
     LossOf(model, x, batch.target).backward();
+    const double max_norm = model.training.clip_grad_norm > 0 ? model.training.clip_grad_norm : 1e30;
+    const double norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
+    if (norms != nullptr) norms->push_back(norm);
+    SetLearningRate(*optimizer, LearningRateAt(model.training, step));
     optimizer->step();
   }
   std::vector<std::vector<torch::Tensor>> by_layer;
@@ -220,6 +227,99 @@ TEST(EquivalenceTest, AdamMatchesOneProcessWithinATenthOfAStep) {
   const ModelSpec model = TinyGpt(/*blocks=*/2, lr);
   const Plan plan = EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 2, 1, 4, 1, 8, false, Optimizer::kAdam);
   ExpectMatchesOneProcess(plan, model, 0.1 * lr);
+}
+
+// The optimizer people train with: a learning-rate schedule (warm-up, then cosine or linear
+// decay), weight decay on matrices only, and clipping by the global gradient norm over every
+// stage and replica. Every schedule, K 1-4 (and two replicas): the parameters of one process with
+// torch's own clip_grad_norm_, and each step's recorded norm equal to the one it computed. The
+// clip is below every step's norm, so every step clips.
+ModelSpec RecipeModel(Optimizer optimizer) {
+  ModelSpec model = TinyGpt(/*blocks=*/6, /*learning_rate=*/optimizer == Optimizer::kAdam ? 1e-2 : 0.1);
+  TrainingSpec& t = model.training;
+  t.betas = {0.9, 0.95};
+  t.weight_decay = 0.1;
+  t.momentum = 0.8;
+  t.clip_grad_norm = 0.05;
+  t.schedule = {1, optimizer == Optimizer::kAdam ? LrDecay::kCosine : LrDecay::kLinear, kSteps, t.learning_rate / 10};
+  return model;
+}
+
+using RecipeCase = std::tuple<Optimizer, ScheduleKind, int, int>;  // optimizer, schedule, K, D
+
+class TrainingRecipeTest : public ::testing::TestWithParam<RecipeCase> {};
+
+TEST_P(TrainingRecipeTest, ClippedScheduledUpdatesMatchOneProcess) {
+  const auto [optimizer, schedule, ranks, replicas] = GetParam();
+  const ModelSpec model = RecipeModel(optimizer);
+  const Plan plan = EvenPlan(model.num_layers(), schedule, ranks, /*chunks=*/2, /*microbatches=*/4, replicas,
+                             /*global_batch=*/8 * replicas, /*remat=*/false, optimizer);
+  if (!BuildSchedule(plan).ok()) GTEST_SKIP() << BuildSchedule(plan).status().message();
+  RunSettings settings;
+  settings.steps = kSteps;
+  settings.device = TestDevice();
+  std::vector<RankOutcome> outcomes;
+  Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
+  ASSERT_TRUE(record.ok()) << record.status().message();
+  std::vector<double> norms;
+  const auto reference = Reference(plan, model, kSteps, &norms);
+  ASSERT_EQ(record->steps.size(), norms.size());
+  for (size_t i = 0; i < norms.size(); ++i) {
+    const StepRecord& step = record->steps[i];
+    ASSERT_TRUE(step.grad_norm && step.learning_rate);
+    EXPECT_NEAR(*step.grad_norm, norms[i], 1e-5 * norms[i]) << "step " << i;
+    EXPECT_GT(*step.grad_norm, model.training.clip_grad_norm) << "step " << i << " did not clip";
+    EXPECT_DOUBLE_EQ(*step.learning_rate, LearningRateAt(model.training, static_cast<int64_t>(i)));
+  }
+  // AdamW: a tenth of a step, as AdamMatchesOneProcessWithinATenthOfAStep explains.
+  const double atol = optimizer == Optimizer::kAdam ? 0.1 * model.training.learning_rate : 2e-6;
+  ExpectSameParameters(plan, outcomes, reference, Tolerance(atol));
+}
+
+std::string RecipeCaseName(const ::testing::TestParamInfo<RecipeCase>& info) {
+  const auto [optimizer, schedule, ranks, replicas] = info.param;
+  std::string name = std::string(OptimizerName(optimizer)) + "_" + ScheduleName(schedule);
+  for (char& c : name) c = c == '-' ? '_' : c;
+  return name + "_K" + std::to_string(ranks) + "_D" + std::to_string(replicas);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchedules, TrainingRecipeTest,
+                         ::testing::Combine(::testing::Values(Optimizer::kAdam, Optimizer::kMomentum),
+                                            ::testing::ValuesIn(AllScheduleKinds()), ::testing::Values(1, 2, 4),
+                                            ::testing::Values(1)),
+                         RecipeCaseName);
+INSTANTIATE_TEST_SUITE_P(Replicas, TrainingRecipeTest,
+                         ::testing::Combine(::testing::Values(Optimizer::kAdam, Optimizer::kMomentum),
+                                            ::testing::Values(ScheduleKind::kGpipe, ScheduleKind::kZbH1),
+                                            ::testing::Values(1, 2), ::testing::Values(2)),
+                         RecipeCaseName);
+
+// Weight decay skips biases and norms unless decay_1d: with a zero gradient (learning rate on,
+// no data effect: a step of SGD on a zero loss), a matrix shrinks by lr x decay and a vector
+// keeps its value; with decay_1d both shrink.
+TEST(TrainingRecipeTest, WeightDecaySkipsOneDimensionalParametersByDefault) {
+  ModelSpec model = TinyGpt(/*blocks=*/1, /*learning_rate=*/0.5);
+  model.training.weight_decay = 0.2;
+  const Plan plan = EvenPlan(model.num_layers(), ScheduleKind::kGpipe, 1, 1, 1, 1, 2, false, Optimizer::kSgd);
+  for (bool decay_1d : {false, true}) {
+    model.training.decay_1d = decay_1d;
+    auto layers = BuildLayers(model, 0, model.num_layers(), torch::kCPU).value();
+    const std::vector<torch::Tensor> params = ParametersOf(layers);
+    auto optimizer = MakeOptimizer(plan, model, params);
+    std::vector<torch::Tensor> before;
+    for (const torch::Tensor& p : params) {
+      before.push_back(p.detach().clone());
+      p.mutable_grad() = torch::zeros_like(p);
+    }
+    optimizer->step();
+    int vectors = 0;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const bool decayed = params[i].dim() >= 2 || decay_1d;
+      vectors += params[i].dim() < 2 ? 1 : 0;
+      EXPECT_TRUE(torch::allclose(params[i].detach(), before[i] * (decayed ? 1 - 0.5 * 0.2 : 1.0))) << i;
+    }
+    EXPECT_GT(vectors, 0);
+  }
 }
 
 // Images through convolutions (no batch norm: its statistics are per micro-batch, the known

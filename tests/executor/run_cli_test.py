@@ -431,6 +431,124 @@ def gpt2_transformers(binary, tmp):
     assert len(ties) == 1 and ties[0]["layers"] == [0, 5] and ties[0]["bytes"] == 96 * 128 * 4, ties
 
 
+def gpt2_recipe_tied_clip(binary, tmp):
+    """GPT-2 with its LM head tied to the token embedding, trained with AdamW, warm-up then cosine
+    decay and clipping by the global gradient norm: K=2 with the embedding and the head on
+    different ranks reports each step's norm and loss as K=1 does (the tie counted once), every
+    step clips, and the record and the progress lines carry the learning rate and the norm."""
+    os.environ["GPIPE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    training = {"learning_rate": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.1, "clip_grad_norm": 0.2,
+                "schedule": {"warmup_steps": 2, "decay": "cosine", "decay_steps": 4, "min_learning_rate": 3e-4}}
+    model = gpt2_model_file(tmp, "gpt2-recipe", training=training)
+    profile = gpt2_fake_profile(tmp)
+    want = [0.003 / 2, 0.003, 0.003, (0.003 + 0.0003) / 2, 0.0003]
+    runs = {}
+    for cut, schedule in ((None, "1f1b"), (3, "1f1b"), (3, "zb-h1")):
+        p = cut_plan(binary, tmp, f"recipe-{cut}-{schedule}", profile, cut, "off", microbatches=2, batch=8,
+                     schedule=schedule)
+        assert record(p)["optimizer"] == "adam", record(p)["optimizer"]  # AdamW: an fp32 profile's default
+        out = os.path.join(tmp, f"recipe-{cut}-{schedule}-run.json")
+        result = sh([binary, "run", p, "--model", model, "--steps", "5", "--record", out], cwd=tmp)
+        assert "lr 1.50e-03  grad norm " in result.stdout, result.stdout
+        steps = record(out)["steps"]
+        assert [round(s["learning_rate"], 12) for s in steps] == [round(w, 12) for w in want], steps
+        assert all(s["grad_norm"] > training["clip_grad_norm"] for s in steps), steps
+        runs[(cut, schedule)] = steps
+    one = runs[(None, "1f1b")]
+    for key, steps in runs.items():
+        for a, b in zip(steps, one):
+            assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-4 * b["grad_norm"], (key, a, b)
+            assert abs(a["loss"] - b["loss"]) <= 1e-4 * max(1.0, abs(b["loss"])), (key, a, b)
+
+
+def gpt2_model_file(tmp, name, data=None, training=None):
+    """models/examples/gpt2.json written into tmp with absolute paths, another data spec and a
+    training section."""
+    examples = os.path.join(SOURCE, "models", "examples")
+    doc = record(os.path.join(examples, "gpt2.json"))
+    doc.pop("learning_rate", None)
+    doc["python"] = os.path.join(examples, "gpt2.py") + ":build"
+    doc["data"] = data or {"kind": "text", "path": os.path.join(SOURCE, "models", "text", "public-domain.txt")}
+    if training:
+        doc["training"] = training
+    path = os.path.join(tmp, name + ".json")
+    with open(path, "w") as f:
+        json.dump(doc, f)
+    return path
+
+
+def gpt2_fake_profile(tmp):
+    """A profile of GPT-2's six layers with made-up costs: enough for `plan` to cut it."""
+    layer = {"forward_ms": 1, "backward_ms": 2, "backward_weight_ms": 1, "param_bytes": 1000, "activation_bytes": 1000,
+             "output_bytes": 100}
+    profile = os.path.join(tmp, "gpt2-profile.json")
+    with open(profile, "w") as f:
+        json.dump({"format": "gpipe-profile/1", "model": "gpt2", "device": "cpu", "microbatch_size": 4,
+                   "dtype": "fp32", "layers": [dict(layer, name=f"layer{i}") for i in range(6)]}, f)
+    return profile
+
+
+def gpt2_weights_to_pytorch(binary, tmp):
+    """GPT-2 trained K=2 (tied embedding and head on different ranks) saves one safetensors file
+    that the builder's own nn.Sequential loads: its loss on step 0's batch equals the executor's
+    from the same file (K=1 and K=2), the tie is stored once, and weights saved by PyTorch start a
+    run (fine-tuning) at PyTorch's loss. A mis-shaped tensor is one error line naming it."""
+    import torch
+    from safetensors.torch import load_file, load_model, save_file, save_model
+    sys.path.insert(0, os.path.join(SOURCE, "models", "examples"))
+    import gpt2
+    os.environ["GPIPE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    model = gpt2_model_file(tmp, "gpt2-random", data={"kind": "random-tokens"})
+    profile = gpt2_fake_profile(tmp)
+    k1 = cut_plan(binary, tmp, "w-k1", profile, None, "off", microbatches=2, batch=8)
+    k2 = cut_plan(binary, tmp, "w-k2", profile, 3, "off", microbatches=2, batch=8)
+    saved = os.path.join(tmp, "trained.safetensors")
+    sh([binary, "run", k2, "--model", model, "--steps", "3", "--save-weights", saved], cwd=tmp)
+    assert not [f for f in os.listdir(tmp) if ".part-" in f], os.listdir(tmp)
+
+    # Step 0's batch of random tokens, as executor/data.cpp draws it from the model's seed.
+    step_seed = (1234 * 0x9E3779B97F4A7C15 + 0x632BE59BD9B4E019 * 1) % 2**64
+    gen = torch.Generator().manual_seed(step_seed)
+    tokens = torch.randint(0, 96, (8, 64), generator=gen)
+    target = torch.randint(0, 96, (8, 64), generator=gen)
+
+    def torch_loss(seq):
+        with torch.no_grad():
+            logits = seq(tokens)
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, 96), target.reshape(-1)).item()
+
+    def executor_loss(plan_path, weights):
+        out = os.path.join(tmp, "first-step.json")
+        sh([binary, "run", plan_path, "--model", model, "--steps", "1", "--init-weights", weights, "--record", out], cwd=tmp)
+        return record(out)["steps"][0]["loss"]
+
+    seq = gpt2.build()
+    missing, unexpected = seq.load_state_dict(load_file(saved), strict=False)
+    assert missing == ["5.lm_head.weight"] and unexpected == [], (missing, unexpected)  # the tie, once
+    load_model(seq, saved)  # safetensors' own loader restores the alias
+    assert seq[5].lm_head.weight is seq[0].wte.weight
+    want = torch_loss(seq)
+    for plan_path in (k1, k2):
+        got = executor_loss(plan_path, saved)
+        assert abs(got - want) <= 1e-4 * abs(want), (plan_path, got, want)
+
+    torch.manual_seed(99)
+    mine = gpt2.build()  # weights PyTorch made: in through --init-weights
+    theirs = os.path.join(tmp, "from-pytorch.safetensors")
+    save_model(mine, theirs)
+    got, want = executor_loss(k2, theirs), torch_loss(mine)
+    assert abs(got - want) <= 1e-4 * abs(want), (got, want)
+
+    state = load_file(saved)
+    state["0.wte.weight"] = state["0.wte.weight"][:, :64].contiguous()
+    bad = os.path.join(tmp, "bad.safetensors")
+    save_file(state, bad)
+    result = sh([binary, "run", k2, "--model", model, "--steps", "1", "--init-weights", bad], check=False, cwd=tmp)
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert 'tensor "0.wte.weight" has shape [96, 64] where layer 0\'s wte.weight needs [96, 128]' in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "terminate called" not in result.stderr, result.stderr
+
+
 def llama_tuple_boundaries(binary, tmp):
     """A Llama (transformers' LlamaConfig, tiny) whose layers pass (hidden states, cos, sin, int64
     position ids): K=2 cut after the embedding and between decoder layers, remat off and on, trains
@@ -585,7 +703,7 @@ def validate_compare_calibrate(binary, tmp):
     sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
 
 
-CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers,
+CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch,
                                   llama_tuple_boundaries, bad_python_models, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}

@@ -19,7 +19,7 @@ inline ModelSpec TinyGpt(int blocks, double learning_rate = 0.1) {
   m.input.seq_len = 8;
   m.data.kind = DataKind::kRandomTokens;
   m.seed = 7;
-  m.learning_rate = learning_rate;
+  m.training.learning_rate = learning_rate;
   LayerSpec embed;
   embed.type = LayerType::kEmbedding;
   embed.name = "embedding";
@@ -55,7 +55,7 @@ inline ModelSpec ImageModel(int64_t size, int64_t classes, double learning_rate)
   model.input.height = model.input.width = size;
   model.input.classes = classes;
   model.data.kind = DataKind::kSyntheticImages;
-  model.learning_rate = learning_rate;
+  model.training.learning_rate = learning_rate;
   return model;
 }
 
