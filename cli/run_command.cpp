@@ -46,6 +46,12 @@ class RunCommand : public Command {
     app.add_option("--save-weights", save_weights_,
                    "After the last step, write the whole model's weights here as one safetensors file, named as "
                    "the model's nn.Sequential names them (every checkpoint holds them too: step-N/model.safetensors)");
+    app.add_option("--eval-every", eval_every_,
+                   "Evaluate on the data's validation set every N steps and after the last (docs/formats.md: "
+                   "data.validation, data.validation_fraction); the loss is printed and in the record")
+        ->check(CLI::Range(1, 1 << 30));
+    app.add_option("--eval-batches", eval_batches_, "Batches (each the global batch) per evaluation")
+        ->check(CLI::Range(1, 1 << 20));
     app.add_option("--init-weights", init_weights_,
                    "Start from the weights in this safetensors file (one that --save-weights wrote, or a PyTorch "
                    "state_dict saved with safetensors) instead of the seeded initial weights");
@@ -100,6 +106,11 @@ class RunCommand : public Command {
         return Fail(err, "run", file.status().WithContext("--init-weights"));
       }
     }
+    if (eval_every_ > 0 && !model->data.validation && model->data.validation_fraction <= 0 &&
+        model->data.kind != DataKind::kRandomTokens && model->data.kind != DataKind::kSyntheticImages) {
+      return Fail(err, "run", Status::Usage("--eval-every: the model's data has no validation set; add "
+                                            "\"validation_fraction\": 0.05 or \"validation\": {files} to its \"data\""));
+    }
     if (!save_weights_.empty()) {
       const std::filesystem::path folder = std::filesystem::absolute(save_weights_).parent_path();
       std::error_code error;
@@ -123,6 +134,8 @@ class RunCommand : public Command {
     settings.resume = resume_;
     settings.init_weights = init_weights_;
     settings.save_weights = save_weights_;
+    settings.eval_every = eval_every_;
+    settings.eval_batches = eval_batches_;
     settings.wire = wire_;
     if (wire_ != "exact" && !in_process_) {
       return Fail(err, "run", Status::Usage("--wire applies to --in-process runs; a job of processes uses c10d "
@@ -189,6 +202,8 @@ class RunCommand : public Command {
     if (resume_) launch.argv.push_back("--resume");
     add("--init-weights", init_weights_);
     add("--save-weights", save_weights_);
+    if (eval_every_ > 0) add("--eval-every", std::to_string(eval_every_));
+    add("--eval-batches", std::to_string(eval_batches_));
     err << Sprintf("gpipe-plan run: starting %d rank%s on this node (%d in the job), rendezvous %s:%d\n",
                   launch.world_size / nnodes_, launch.world_size / nnodes_ == 1 ? "" : "s", launch.world_size,
                   launch.master_addr.c_str(), launch.master_port);
@@ -216,6 +231,7 @@ class RunCommand : public Command {
 
   std::string plan_path_, model_path_, record_path_, device_ = "cpu", checkpoint_dir_, master_addr_ = "127.0.0.1";
   std::string init_weights_, save_weights_;
+  int eval_every_ = 0, eval_batches_ = 1;
   int steps_ = 10, threads_ = 1, checkpoint_every_ = 0, nnodes_ = 1, node_rank_ = 0, master_port_ = 0;
   double timeout_s_ = 60;
   bool resume_ = false, in_process_ = false;

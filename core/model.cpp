@@ -27,9 +27,12 @@ constexpr NameTable<LayerType, 14> kLayerTypes = {{
 }};
 
 constexpr NameTable<InputKind, 2> kInputKinds = {{{InputKind::kTokens, "tokens"}, {InputKind::kImages, "images"}}};
-constexpr NameTable<DataKind, 3> kDataKinds = {{{DataKind::kText, "text"},
+constexpr NameTable<DataKind, 6> kDataKinds = {{{DataKind::kText, "text"},
                                                 {DataKind::kSyntheticImages, "synthetic-images"},
-                                                {DataKind::kRandomTokens, "random-tokens"}}};
+                                                {DataKind::kRandomTokens, "random-tokens"},
+                                                {DataKind::kTokenFile, "tokens-file"},
+                                                {DataKind::kMegatron, "megatron"},
+                                                {DataKind::kNpyImages, "npy-images"}}};
 
 // The whole-number fields of a layer type: required ones, and optional ones with their default
 // (a default of -1 means "the value of `kernel`").
@@ -167,6 +170,63 @@ ModelInput InputFromJson(ObjectReader& parent) {
   return input;
 }
 
+// `path` resolved against the model file's folder.
+std::string Resolve(const std::string& base_dir, const std::string& path) {
+  std::filesystem::path p(path);
+  return p.is_absolute() || base_dir.empty() ? path : (std::filesystem::path(base_dir) / p).string();
+}
+
+// The file field `key` of `r`, resolved; a missing file is an error naming the field.
+std::string ExistingFile(ObjectReader& r, const char* key, const std::string& base_dir, const std::string& what,
+                         const std::string& suffix = "") {
+  const std::string path = r.String(key);
+  if (!r.status().ok()) return "";
+  const std::string resolved = Resolve(base_dir, path);
+  if (!IsRegularFile(resolved + suffix)) {
+    r.Fail(key, "\"" + resolved + suffix + "\" is not a readable file; give " + what);
+  }
+  return resolved;
+}
+
+// The files of a data kind that lives in files: the training data, or a validation set of the
+// same kind (`data.validation`).
+void DataFilesFromJson(ObjectReader& r, DataSpec& data, const std::string& base_dir) {
+  switch (data.kind) {
+    case DataKind::kText: data.path = ExistingFile(r, "path", base_dir, "a text file to train on"); break;
+    case DataKind::kTokenFile:
+      data.path = ExistingFile(r, "path", base_dir, "a file of token ids (nanoGPT's train.bin; scripts/prepare_tokens.py)");
+      break;
+    case DataKind::kMegatron:
+      data.path = ExistingFile(r, "path", base_dir, "the prefix of a Megatron dataset (PREFIX.bin and PREFIX.idx)", ".idx");
+      if (r.status().ok() && !IsRegularFile(data.path + ".bin")) {
+        r.Fail("path", "\"" + data.path + ".bin\" is not a readable file; a Megatron dataset is PREFIX.bin and PREFIX.idx");
+      }
+      break;
+    case DataKind::kNpyImages:
+      data.path = ExistingFile(r, "images", base_dir, "a .npy file of uint8 images [N, H, W, C]");
+      data.labels_path = ExistingFile(r, "labels", base_dir, "a .npy file of int64 labels [N]");
+      break;
+    case DataKind::kSyntheticImages:
+    case DataKind::kRandomTokens: break;
+  }
+}
+
+nlohmann::json DataFilesToJson(const DataSpec& data) {
+  nlohmann::json json = {{"kind", NameOf(kDataKinds, data.kind)}};
+  switch (data.kind) {
+    case DataKind::kTokenFile: json["dtype"] = data.dtype; [[fallthrough]];
+    case DataKind::kText:
+    case DataKind::kMegatron: json["path"] = data.path; break;
+    case DataKind::kNpyImages: json["images"] = data.path; json["labels"] = data.labels_path; break;
+    case DataKind::kSyntheticImages:
+    case DataKind::kRandomTokens: break;
+  }
+  return json;
+}
+
+const std::set<std::string> kDataFields = {"kind", "path", "dtype", "images", "labels", "validation",
+                                           "validation_fraction"};
+
 DataSpec DataFromJson(ObjectReader& parent, const ModelInput& input, const std::string& base_dir) {
   DataSpec data;
   data.kind = input.kind == InputKind::kTokens ? DataKind::kText : DataKind::kSyntheticImages;
@@ -179,24 +239,45 @@ DataSpec DataFromJson(ObjectReader& parent, const ModelInput& input, const std::
   }
   if (json == nullptr || !parent.status().ok()) return data;
   ObjectReader r(*json, parent.Where("data"));
+  r.SetKnownFields(kDataFields);
   Expected<DataKind> kind = ParseName(kDataKinds, r.String("kind"), "data kind");
   if (r.status().ok() && !kind.ok()) r.Fail(kind.status().WithContext(r.Where("kind")));
   if (r.status().ok()) data.kind = *kind;
-  const bool images = data.kind == DataKind::kSyntheticImages;
+  const bool images = data.kind == DataKind::kSyntheticImages || data.kind == DataKind::kNpyImages;
   if (r.status().ok() && images != (input.kind == InputKind::kImages)) {
     r.Fail("kind", std::string("\"") + NameOf(kDataKinds, data.kind) + "\" data does not feed \"" +
                        NameOf(kInputKinds, input.kind) + "\" input; use " +
-                       (images ? "\"text\" or \"random-tokens\"" : "\"synthetic-images\""));
+                       (images ? "\"text\", \"tokens-file\", \"megatron\" or \"random-tokens\""
+                               : "\"npy-images\" or \"synthetic-images\""));
   }
-  if (r.status().ok() && data.kind == DataKind::kText) {
-    const std::string path = r.String("path");
-    if (r.status().ok()) {
-      std::filesystem::path p(path);
-      data.path = p.is_absolute() || base_dir.empty() ? path : (std::filesystem::path(base_dir) / p).string();
-      if (!IsRegularFile(data.path)) {
-        r.Fail("path", "\"" + data.path + "\" is not a readable file; give a text file to train on");
-      }
+  if (r.status().ok() && data.kind == DataKind::kTokenFile) {
+    data.dtype = r.OptionalString("dtype", "uint16");
+    if (r.status().ok() && data.dtype != "uint16" && data.dtype != "uint32") {
+      r.Fail("dtype", "is \"" + data.dtype + "\"; a token file holds \"uint16\" or \"uint32\" ids");
     }
+  }
+  if (r.status().ok()) DataFilesFromJson(r, data, base_dir);
+  const bool synthetic = data.kind == DataKind::kSyntheticImages || data.kind == DataKind::kRandomTokens;
+  if (r.status().ok() && r.Has("validation_fraction")) {
+    data.validation_fraction = r.Number("validation_fraction", 0.0);
+    if (r.status().ok() && (data.validation_fraction <= 0 || data.validation_fraction >= 1)) {
+      r.Fail("validation_fraction", "is " + Describe(*r.Raw("validation_fraction")) +
+                                        "; give the share of the data held out for evaluation, in (0, 1)");
+    }
+  }
+  if (const nlohmann::json* validation = r.OptionalObject("validation"); validation != nullptr && r.status().ok()) {
+    if (data.validation_fraction > 0) r.Fail("validation", "and validation_fraction are both given; keep one");
+    ObjectReader v(*validation, r.Where("validation"));
+    auto held_out = std::make_shared<DataSpec>();
+    held_out->kind = data.kind;
+    held_out->dtype = data.dtype;
+    if (synthetic) {
+      v.Fail("kind", std::string("\"") + NameOf(kDataKinds, data.kind) + "\" data has no files to validate on; " +
+                         "validation draws other samples of it by itself");
+    }
+    if (v.status().ok()) DataFilesFromJson(v, *held_out, base_dir);
+    r.Fail(v.status());
+    data.validation = std::move(held_out);
   }
   parent.Fail(r.status());
   return data;
@@ -239,10 +320,7 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
                                    "(a scripted nn.Sequential file) or \"python\" (\"file.py:function\", a function "
                                    "returning an nn.Sequential)");
   }
-  const auto resolve = [&base_dir](const std::string& path) {
-    std::filesystem::path p(path);
-    return p.is_absolute() || base_dir.empty() ? path : (std::filesystem::path(base_dir) / p).string();
-  };
+  const auto resolve = [&base_dir](const std::string& path) { return Resolve(base_dir, path); };
   if (r.Has("python")) {
     const std::string text = r.String("python");
     if (!r.status().ok()) return r.status();
@@ -317,8 +395,12 @@ nlohmann::json ModelToJson(const ModelSpec& model) {
     input["classes"] = model.input.classes;
   }
   json["input"] = input;
-  nlohmann::json data = {{"kind", NameOf(kDataKinds, model.data.kind)}};
-  if (model.data.kind == DataKind::kText) data["path"] = model.data.path;
+  nlohmann::json data = DataFilesToJson(model.data);
+  if (model.data.validation_fraction > 0) data["validation_fraction"] = model.data.validation_fraction;
+  if (model.data.validation) {
+    data["validation"] = DataFilesToJson(*model.data.validation);
+    data["validation"].erase("kind");
+  }
   json["data"] = data;
   json["loss"] = model.loss;
   json["seed"] = model.seed;

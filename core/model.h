@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -67,11 +68,25 @@ struct ModelInput {
   int64_t channels = 0, height = 0, width = 0, classes = 0;  // images
 };
 
-enum class DataKind { kText, kSyntheticImages, kRandomTokens };
+/// kText: characters of a text file (CharToken); kTokenFile: a flat file of uint16/uint32 token
+/// ids (nanoGPT's train.bin); kMegatron: Megatron-LM's indexed dataset (PREFIX.bin/.idx);
+/// kNpyImages: uint8 images [N, H, W, C] and int64 labels [N] as .npy files; kSyntheticImages and
+/// kRandomTokens are made from the seed. Files are memory-mapped (core/data_files.h).
+enum class DataKind { kText, kSyntheticImages, kRandomTokens, kTokenFile, kMegatron, kNpyImages };
 struct DataSpec {
   DataKind kind = DataKind::kText;
-  /// For kText: the text file, resolved against the model file's folder.
+  /// The file (kText, kTokenFile), the dataset's prefix (kMegatron) or the images (kNpyImages),
+  /// resolved against the model file's folder.
   std::string path;
+  /// kNpyImages: the labels.
+  std::string labels_path;
+  /// kTokenFile: "uint16" or "uint32".
+  std::string dtype = "uint16";
+  /// Evaluation data: the last validation_fraction of the data (the training samples come from
+  /// the rest), or other files of the same kind (`validation`); neither: none. Data made from the
+  /// seed (random tokens, synthetic images) validates on samples drawn from another stream.
+  double validation_fraction = 0;
+  std::shared_ptr<const DataSpec> validation;
 };
 
 struct ModelSpec {

@@ -54,6 +54,10 @@ Expected<StepRecord> StepRecordFromJson(const nlohmann::json& json, const std::s
       r.Fail("grad_norm", "is " + Describe(*norm) + "; expected a number >= 0 or null");
     }
   }
+  if (r.Has("eval_loss")) {
+    const nlohmann::json* eval = r.Raw("eval_loss");
+    step.eval_loss = eval->is_number() ? eval->get<double>() : std::numeric_limits<double>::quiet_NaN();
+  }
   if (!r.status().ok()) return r.status();
   return step;
 }
@@ -62,6 +66,7 @@ nlohmann::json StepRecordToJson(const StepRecord& s) {
   nlohmann::json step = {{"step", s.step}, {"loss", s.loss}, {"time_ms", s.time_ms}};
   if (s.learning_rate) step["learning_rate"] = *s.learning_rate;
   if (s.grad_norm) step["grad_norm"] = *s.grad_norm;
+  if (s.eval_loss) step["eval_loss"] = *s.eval_loss;
   return step;
 }
 

@@ -62,6 +62,8 @@ struct StepRecord {
   /// (every stage, a tied parameter once); absent in older records.
   std::optional<double> learning_rate{};
   std::optional<double> grad_norm{};
+  /// The mean loss over the evaluation batches run after this step (run --eval-every), if any.
+  std::optional<double> eval_loss{};
 };
 
 struct RunRecord {

@@ -121,6 +121,40 @@ double GlobalSquaredGradNorm(Communicator& comm, const std::vector<torch::Tensor
   return sum.item<double>();
 }
 
+// The mean loss of `batches` evaluation batches: each runs the rank's actions of a step with the
+// layers in eval mode (dropout off, batch norm's running statistics), its gradients dropped and no
+// update; the last stage's loss averaged over the replicas. Every rank calls it at the same step.
+double Evaluate(StageRunner& runner, const std::vector<Action>& actions, const DataSource& data, const Plan& plan,
+                int replica, int batches, Communicator& comm, const std::vector<int>& group,
+                torch::optim::Optimizer& optimizer, ActionClock& clock, const torch::Device& device) {
+  const int64_t replica_batch = plan.global_batch / plan.replicas;
+  const auto set_training = [&runner](bool training) {
+    for (StageSetup& stage : runner.stages()) {
+      for (auto& layer : stage.layers) layer->SetTraining(training);
+    }
+  };
+  set_training(false);
+  double sum = 0;
+  for (int b = 0; b < batches; ++b) {
+    comm.Barrier();
+    clock.BeginStep();
+    runner.BeginStep(Slice(data.EvalBatch(b, plan.global_batch), replica * replica_batch, replica_batch));
+    for (size_t index = 0; index < actions.size(); ++index) runner.Execute(actions, index);
+    runner.FinishStep();
+    clock.EndStep();
+    sum += runner.StepLoss();
+    optimizer.zero_grad(/*set_to_none=*/true);
+  }
+  set_training(true);
+  double loss = sum / batches;
+  if (plan.replicas > 1 && runner.HasLastStage()) {
+    torch::Tensor total = torch::full({1}, loss, torch::TensorOptions().dtype(torch::kFloat64).device(device));
+    comm.AllReduceSum(total, group);
+    loss = total.item<double>() / plan.replicas;
+  }
+  return loss;
+}
+
 }  // namespace
 
 std::string RunFingerprint(const Plan& plan, const ModelSpec& model) {
@@ -329,6 +363,11 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       outcome.record.peak_reserved_bytes = std::max(outcome.record.peak_reserved_bytes, meter.PeakReservedBytes());
       outcome.record.step_peak_memory_bytes.push_back(step_peak);
       outcome.record.peak_memory_bytes = std::max(outcome.record.peak_memory_bytes, step_peak);
+      // After the step's times and memory are read: evaluation is neither.
+      if (options.eval_every > 0 && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) {
+        outcome.steps.back().eval_loss = Evaluate(runner, actions, *data, plan, replica, options.eval_batches, comm, group,
+                                                  *optimizer, clock, options.device);
+      }
       if (options.on_step) options.on_step(outcome.steps.back(), options.steps);
     } catch (const std::exception& e) {
       // Noted here, before this rank's teardown closes its connections: a peer that only loses
@@ -396,6 +435,7 @@ RunRecord MergeOutcomes(const Plan& plan, const ModelSpec& model, std::vector<Ra
     StepRecord s = outcomes.front().steps[i];
     for (const RankOutcome& o : outcomes) s.time_ms = std::max(s.time_ms, o.steps[i].time_ms);
     s.loss = loss_rank != nullptr ? loss_rank->steps[i].loss : 0.0;
+    s.eval_loss = loss_rank != nullptr ? loss_rank->steps[i].eval_loss : std::nullopt;
     record.steps.push_back(s);
   }
   record.throughput_samples_per_s = ThroughputOf(record.steps, plan.global_batch);

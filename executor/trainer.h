@@ -35,6 +35,10 @@ struct TrainOptions {
   /// Where to write the whole model's weights after the last step; empty: not written. Every
   /// checkpoint holds them too.
   std::string save_weights;
+  /// Evaluate every eval_every steps (and after the last; 0: never) on eval_batches batches of
+  /// the validation data (DataSource::EvalBatch), each the size of the global batch.
+  int eval_every = 0;
+  int eval_batches = 1;
   /// How long the end of a step waits for the device (a GPU stream stuck on a message that never
   /// comes) before failing with an error.
   std::chrono::milliseconds timeout{60000};

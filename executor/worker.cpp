@@ -76,6 +76,7 @@ void PrintProgress(std::ostream& out, const StepRecord& step, int steps, int64_t
   std::string optimizer;
   if (step.learning_rate) optimizer += Sprintf("  lr %.2e", *step.learning_rate);
   if (step.grad_norm) optimizer += Sprintf("  grad norm %.4g", *step.grad_norm);
+  if (step.eval_loss) optimizer += Sprintf("  eval loss %.4f", *step.eval_loss);
   out << Sprintf("step %d/%d  loss %.4f%s  %.1f samples/s  %.1f s left\n", step.step + 1, steps, step.loss,
                  optimizer.c_str(), static_cast<double>(batch) / (step.time_ms / 1000.0),
                  *mean_ms * (steps - step.step - 1) / 1000.0);
@@ -108,6 +109,8 @@ TrainOptions OptionsFrom(const RunSettings& settings) {
   options.resume = settings.resume;
   options.init_weights = settings.init_weights;
   options.save_weights = settings.save_weights;
+  options.eval_every = settings.eval_every;
+  options.eval_batches = settings.eval_batches;
   options.posting = settings.posting;
   options.timeout = settings.timeout;
   return options;

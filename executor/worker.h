@@ -68,6 +68,9 @@ struct RunSettings {
   /// TrainOptions::init_weights and save_weights.
   std::string init_weights;
   std::string save_weights;
+  /// TrainOptions::eval_every and eval_batches.
+  int eval_every = 0;
+  int eval_batches = 1;
   /// For TrainInProcess: "exact" (tags matched exactly, LocalHub) or "nccl" (NCCL's rules,
   /// NcclHub with one queue per pair and direction, as the executor's two NCCL groups).
   std::string wire = "exact";

@@ -66,5 +66,11 @@ def build(**kwargs) -> nn.Sequential:
     return nn.Sequential(Embedding(model.transformer), *[Block(b) for b in model.transformer.h], Head(model))
 
 
+def build_bytes() -> nn.Sequential:
+    """The same GPT-2 over a byte-level vocabulary (256 ids), for token files that
+    scripts/prepare_tokens.py writes (gpt2-tokens.json)."""
+    return build(vocab_size=256)
+
+
 if __name__ == "__main__":
     print(build())

@@ -478,7 +478,8 @@ def gpt2_model_file(tmp, name, data=None, training=None):
 
 
 def gpt2_fake_profile(tmp):
-    """A profile of GPT-2's six layers with made-up costs: enough for `plan` to cut it."""
+    """A profile of six layers (GPT-2's, the tiny GPT's) with made-up costs: enough for `plan` to
+    cut it."""
     layer = {"forward_ms": 1, "backward_ms": 2, "backward_weight_ms": 1, "param_bytes": 1000, "activation_bytes": 1000,
              "output_bytes": 100}
     profile = os.path.join(tmp, "gpt2-profile.json")
@@ -547,6 +548,57 @@ def gpt2_weights_to_pytorch(binary, tmp):
     assert result.returncode == 1, (result.returncode, result.stderr)
     assert 'tensor "0.wte.weight" has shape [96, 64] where layer 0\'s wte.weight needs [96, 128]' in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "terminate called" not in result.stderr, result.stderr
+
+
+def user_token_data(binary, tmp):
+    """A text prepared by scripts/prepare_tokens.py into nanoGPT's train.bin/val.bin and Megatron's
+    .bin/.idx trains the tiny GPT (a byte vocabulary of 256) K=2 with evaluation every two steps:
+    the record and the progress lines hold the evaluation loss, and the Megatron dataset (the same
+    stream of tokens) gives the same losses. A truncated file and a token outside the vocabulary
+    each stop `run` with one line naming the file and the offset."""
+    data = os.path.join(tmp, "data")
+    sh([sys.executable, os.path.join(SOURCE, "scripts", "prepare_tokens.py"),
+        os.path.join(SOURCE, "models", "text", "public-domain.txt"), data, "--megatron"])
+    doc = record(MODEL)
+    doc["input"]["vocab"] = doc["layers"][0]["vocab"] = doc["layers"][-1]["vocab"] = 256
+    plan_path = cut_plan(binary, tmp, "tokens-k2", gpt2_fake_profile(tmp), 3, "off", microbatches=2, batch=8)
+
+    def run(name, data_spec, vocab=256, check=True):
+        doc["input"]["vocab"] = vocab
+        doc["data"] = data_spec
+        model = os.path.join(tmp, name + ".json")
+        with open(model, "w") as f:
+            json.dump(doc, f)
+        out = os.path.join(tmp, name + "-run.json")
+        result = sh([binary, "run", plan_path, "--model", model, "--steps", "4", "--eval-every", "2",
+                     "--eval-batches", "2", "--record", out], check=check, cwd=tmp)
+        return result, (record(out)["steps"] if check else None)
+
+    result, flat = run("flat", {"kind": "tokens-file", "path": os.path.join(data, "train.bin"), "dtype": "uint16",
+                                "validation": {"path": os.path.join(data, "val.bin")}})
+    assert [("eval_loss" in s) for s in flat] == [False, True, False, True], flat
+    assert "eval loss " in result.stdout, result.stdout
+    _, megatron = run("megatron", {"kind": "megatron", "path": os.path.join(data, "train_text_document"),
+                                   "validation": {"path": os.path.join(data, "val_text_document")}})
+    for a, b in zip(flat, megatron):
+        assert abs(a["loss"] - b["loss"]) < 1e-6 and abs(a.get("eval_loss", 0) - b.get("eval_loss", 0)) < 1e-6, (a, b)
+    _, fraction = run("fraction", {"kind": "tokens-file", "path": os.path.join(data, "train.bin"),
+                                   "validation_fraction": 0.1})
+    assert fraction[1]["eval_loss"] != flat[1]["eval_loss"], (fraction[1], flat[1])  # other held-out tokens
+
+    truncated = os.path.join(tmp, "truncated.bin")
+    with open(os.path.join(data, "train.bin"), "rb") as f, open(truncated, "wb") as g:
+        g.write(f.read(2001))
+    for name, spec, vocab, expect in (
+            ("truncated", {"kind": "tokens-file", "path": truncated, "validation_fraction": 0.1}, 256,
+             f"{truncated}: 2001 bytes is not a whole number of uint16 tokens; the file is truncated at offset 2000"),
+            ("small-vocab", {"kind": "tokens-file", "path": os.path.join(data, "train.bin"), "validation_fraction": 0.1},
+             96, "is outside the model's vocabulary of 96; is the file's dtype uint16")):
+        doc["layers"][0]["vocab"] = doc["layers"][-1]["vocab"] = vocab
+        result, _ = run(name, spec, vocab=vocab, check=False)
+        err = result.stderr.strip()
+        assert result.returncode == 1 and expect in err, (name, result.returncode, err)
+        assert "Traceback" not in err and "terminate called" not in err and "frame #" not in err, err
 
 
 def llama_tuple_boundaries(binary, tmp):
@@ -703,7 +755,7 @@ def validate_compare_calibrate(binary, tmp):
     sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
 
 
-CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch,
+CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch, user_token_data,
                                   llama_tuple_boundaries, bad_python_models, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
