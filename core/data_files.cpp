@@ -5,10 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <regex>
+#include <optional>
 
 #include "core/files.h"
 
@@ -168,23 +169,41 @@ Expected<NpyArray> OpenNpy(const std::string& path) {
   NpyArray array;
   array.file = *file;
   array.data_offset = data_offset;
-  std::smatch match;
-  if (!std::regex_search(header, match, std::regex(R"('descr':\s*'([^']*)')"))) {
-    return Status::Invalid(path + ": its header has no 'descr': " + header);
+  // The header is a Python dict literal: {'descr': '|u1', 'fortran_order': False, 'shape': (2, 3), }
+  const auto value_of = [&header](const std::string& key) -> std::optional<std::string> {
+    const size_t at = header.find("'" + key + "':");
+    if (at == std::string::npos) return std::nullopt;
+    size_t begin = header.find_first_not_of(' ', at + key.size() + 3);
+    if (begin == std::string::npos) return std::nullopt;
+    const char open = header[begin];
+    const char close = open == '\'' ? '\'' : open == '(' ? ')' : ',';
+    if (open == '\'' || open == '(') ++begin;
+    const size_t end = header.find(close, begin);
+    if (end == std::string::npos) return std::nullopt;
+    return header.substr(begin, end - begin);
+  };
+  const std::optional<std::string> descr = value_of("descr"), order = value_of("fortran_order"), shape = value_of("shape");
+  if (!descr || !order || !shape) {
+    return Status::Invalid(path + ": its header lacks 'descr', 'fortran_order' or 'shape': " + header);
   }
-  array.descr = match[1];
-  if (!std::regex_search(header, match, std::regex(R"('fortran_order':\s*(True|False))")) || match[1] == "True") {
+  array.descr = *descr;
+  if (*order != "False") {
     return Status::Invalid(path + ": is in Fortran order; save it with numpy.save(path, numpy.ascontiguousarray(a))");
   }
-  if (!std::regex_search(header, match, std::regex(R"('shape':\s*\(([^)]*)\))"))) {
-    return Status::Invalid(path + ": its header has no 'shape': " + header);
+  const std::string dims = *shape;
+  int64_t dim = -1;
+  for (const char c : dims + ",") {
+    if (c >= '0' && c <= '9') {
+      dim = std::min<int64_t>((dim < 0 ? 0 : dim) * 10 + (c - '0'), int64_t{1} << 40);
+    } else if (c == ',' && dim >= 0) {
+      array.shape.push_back(dim);
+      dim = -1;
+    } else if (c != ' ' && c != ',') {
+      return Status::Invalid(path + ": its shape (" + dims + ") is not a tuple of sizes");
+    }
   }
-  const std::string dims = match[1];
-  const std::regex number(R"(\d+)");
-  for (std::sregex_iterator it(dims.begin(), dims.end(), number), end; it != end; ++it) {
-    array.shape.push_back(std::stoll(it->str()));
-  }
-  const int64_t item = array.descr.size() >= 3 ? std::stoll(array.descr.substr(2)) : 0;
+  const bool sized = array.descr.size() >= 3 && array.descr.find_first_not_of("0123456789", 2) == std::string::npos;
+  const int64_t item = sized ? std::stoll(array.descr.substr(2)) : 0;
   const int64_t bytes = array.elements() * item;
   if (item <= 0 || data_offset + bytes > size) {
     return Status::Invalid(path + ": holds " + std::to_string(size - data_offset) + " bytes of data where its shape (" +

@@ -477,7 +477,7 @@ def gpt2_model_file(tmp, name, data=None, training=None):
     return path
 
 
-def gpt2_fake_profile(tmp):
+def gpt2_fake_profile(tmp, layers=6):
     """A profile of six layers (GPT-2's, the tiny GPT's) with made-up costs: enough for `plan` to
     cut it."""
     layer = {"forward_ms": 1, "backward_ms": 2, "backward_weight_ms": 1, "param_bytes": 1000, "activation_bytes": 1000,
@@ -485,7 +485,7 @@ def gpt2_fake_profile(tmp):
     profile = os.path.join(tmp, "gpt2-profile.json")
     with open(profile, "w") as f:
         json.dump({"format": "gpipe-profile/1", "model": "gpt2", "device": "cpu", "microbatch_size": 4,
-                   "dtype": "fp32", "layers": [dict(layer, name=f"layer{i}") for i in range(6)]}, f)
+                   "dtype": "fp32", "layers": [dict(layer, name=f"layer{i}") for i in range(layers)]}, f)
     return profile
 
 
@@ -599,6 +599,31 @@ def user_token_data(binary, tmp):
         err = result.stderr.strip()
         assert result.returncode == 1 and expect in err, (name, result.returncode, err)
         assert "Traceback" not in err and "terminate called" not in err and "frame #" not in err, err
+
+
+def npy_images(binary, tmp):
+    """Images and labels saved by numpy.save train the small CNN K=2 with a held-out tenth to
+    evaluate on; a label outside the classes stops `run` with one line naming the labels file."""
+    import numpy
+    rng = numpy.random.default_rng(5)
+    images = rng.integers(0, 256, size=(64, 32, 32, 3), dtype=numpy.uint8)
+    labels = rng.integers(0, 10, size=64).astype(numpy.int64)
+    numpy.save(os.path.join(tmp, "images.npy"), images)
+    numpy.save(os.path.join(tmp, "labels.npy"), labels)
+    doc = record(os.path.join(SOURCE, "models", "small-cnn.json"))
+    doc["data"] = {"kind": "npy-images", "images": "images.npy", "labels": "labels.npy", "validation_fraction": 0.1}
+    model = os.path.join(tmp, "cnn.json")
+    with open(model, "w") as f:
+        json.dump(doc, f)
+    plan_path = cut_plan(binary, tmp, "cnn-k2", gpt2_fake_profile(tmp, len(doc["layers"])), 3, "off", microbatches=2, batch=8)
+    out = os.path.join(tmp, "cnn-run.json")
+    sh([binary, "run", plan_path, "--model", model, "--steps", "2", "--eval-every", "1", "--record", out], cwd=tmp)
+    assert all("eval_loss" in s for s in record(out)["steps"]), record(out)["steps"]
+    labels[:] = 10  # every label one past the classes: the first batch meets one
+    numpy.save(os.path.join(tmp, "labels.npy"), labels)
+    result = sh([binary, "run", plan_path, "--model", model, "--steps", "1"], check=False, cwd=tmp)
+    assert result.returncode == 1 and "labels.npy: label 10 of image " in result.stderr, (result.returncode, result.stderr)
+    assert "is outside the model's 10 classes" in result.stderr, result.stderr
 
 
 def llama_tuple_boundaries(binary, tmp):
@@ -755,7 +780,7 @@ def validate_compare_calibrate(binary, tmp):
     sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
 
 
-CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch, user_token_data,
+CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch, user_token_data, npy_images,
                                   llama_tuple_boundaries, bad_python_models, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
