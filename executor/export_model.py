@@ -16,7 +16,7 @@ attributes, in order, are the traced children under the Sequential's names, and 
 gpipe.json:
   {"format": "gpipe-export/1",
    "ties": [{"layers": [i, j], "names": [name in child i, name in child j], "bytes": n}],
-   "layers": [{"name", "type", "inputs", "outputs", "input_dtypes", "output_dtypes"}]}
+   "layers": [{"name", "type", "inputs", "outputs", "input_dtypes", "output_dtypes", "transient_buffers"}]}
 A tie is one parameter object held by more than one child (GPT-2's wte.weight and lm_head.weight).
 
 Exit 0 and one summary line on stdout on success; on failure one line on stderr starting with
@@ -165,7 +165,10 @@ def trace_chain(children, x, fail):
         traced.append(t)
         infos.append({"name": name, "type": type(child).__name__, "inputs": len(inputs),
                       "outputs": len(outputs), "input_dtypes": [dtype_name(v.dtype) for v in inputs],
-                      "output_dtypes": [dtype_name(v.dtype) for v in outputs]})
+                      "output_dtypes": [dtype_name(v.dtype) for v in outputs],
+                      # Buffers the child's state_dict leaves out (registered persistent=False, as
+                      # Llama's rotary inv_freq): weights files (run --save-weights) leave them out too.
+                      "transient_buffers": sorted({n for n, _ in child.named_buffers()} - set(child.state_dict()))})
         inputs = tuple(v.detach() for v in outputs)
     return traced, infos, tracer_notes
 

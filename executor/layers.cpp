@@ -3,7 +3,6 @@
 #include <functional>
 #include <stdexcept>
 #include <mutex>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -295,6 +294,26 @@ Expected<std::vector<SharedParameter>> SharedParametersOf(const ModelSpec& model
   Expected<ScriptModel> script = LoadScript(model);
   if (!script.ok()) return script.status();
   return SharedFromNotes(script->notes, model.torchscript_path, static_cast<int>(script->children.size()));
+}
+
+Expected<std::vector<std::set<std::string>>> TransientBuffersOf(const ModelSpec& model) {
+  if (model.torchscript_path.empty()) return std::vector<std::set<std::string>>(static_cast<size_t>(model.num_layers()));
+  Expected<ScriptModel> script = LoadScript(model);
+  if (!script.ok()) return script.status();
+  std::vector<std::set<std::string>> transient(script->children.size());
+  if (script->notes.empty()) return transient;
+  try {
+    const nlohmann::json json = nlohmann::json::parse(script->notes);
+    const nlohmann::json layers = json.value("layers", nlohmann::json::array());
+    for (size_t i = 0; i < layers.size() && i < transient.size(); ++i) {
+      for (const nlohmann::json& name : layers[i].value("transient_buffers", nlohmann::json::array())) {
+        transient[i].insert(name.get<std::string>());
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Invalid(model.torchscript_path + ": gpipe.json: " + e.what());
+  }
+  return transient;
 }
 
 Status TieParameters(const std::vector<SharedParameter>& shared, const std::map<int, Layer*>& layers) {

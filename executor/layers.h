@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -56,6 +57,10 @@ struct SharedParameter {
 
 /// The shared parameters of `model`; none for models of layer specs or plain TorchScript files.
 Expected<std::vector<SharedParameter>> SharedParametersOf(const ModelSpec& model);
+
+/// Per layer, the buffers its module's state_dict leaves out (non-persistent ones, as the exporter
+/// of a Python model noted them); empty sets for other models.
+Expected<std::vector<std::set<std::string>>> TransientBuffersOf(const ModelSpec& model);
 
 /// Makes the holders of each shared parameter among `layers` (by model layer index) hold one
 /// tensor, the first holder's. Errors name a holder without the parameter.

@@ -65,11 +65,15 @@ Status WritePart(const std::string& path, const Plan& plan, const ModelSpec& mod
                  std::vector<StageSetup>& stages) {
   Expected<std::map<std::pair<int, std::string>, std::pair<int, std::string>>> aliases = TiedAliases(model);
   if (!aliases.ok()) return aliases.status();
+  Expected<std::vector<std::set<std::string>>> transient = TransientBuffersOf(model);
+  if (!transient.ok()) return transient.status();
   std::vector<torch::Tensor> held;  // CPU copies that the blobs point into
   std::vector<SafetensorsBlob> blobs;
   Status status;
   ForEachTensor(plan, stages, [&](int layer, const std::string& name, const torch::Tensor& tensor) {
-    if (!status.ok() || aliases->count({layer, name}) > 0) return;
+    if (!status.ok() || aliases->count({layer, name}) > 0 || (*transient)[static_cast<size_t>(layer)].count(name) > 0) {
+      return;
+    }
     Expected<std::string> dtype = SafetensorsDtype(tensor.scalar_type());
     if (!dtype.ok()) {
       status = dtype.status().WithContext("layer " + std::to_string(layer) + " tensor " + name);
@@ -135,10 +139,13 @@ Status LoadWeights(const std::string& path, const Plan& plan, const ModelSpec& m
   if (!file.ok()) return file.status().WithContext("--init-weights");
   Expected<std::map<std::pair<int, std::string>, std::pair<int, std::string>>> aliases = TiedAliases(model);
   if (!aliases.ok()) return aliases.status();
+  Expected<std::vector<std::set<std::string>>> transient = TransientBuffersOf(model);
+  if (!transient.ok()) return transient.status();
   Status status;
   torch::NoGradGuard no_grad;
   ForEachTensor(plan, stages, [&](int layer, const std::string& name, torch::Tensor& tensor) {
-    if (!status.ok()) return;
+    // A non-persistent buffer keeps the value the module computed when it was built.
+    if (!status.ok() || (*transient)[static_cast<size_t>(layer)].count(name) > 0) return;
     const auto alias = aliases->find({layer, name});
     const std::string key = alias == aliases->end() ? WeightName(model, layer, name)
                                                     : WeightName(model, alias->second.first, alias->second.second);

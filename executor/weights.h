@@ -4,6 +4,8 @@
 //   a model from Python or TorchScript: "<i>.<name>", the state_dict names of the nn.Sequential
 //     (child i, its parameter or buffer `name`): seq.load_state_dict(load_file(path)) loads it;
 //   built-in layers: "<layer name>.<name>" (e.g. "block0.attn.in_proj_weight").
+// Buffers the module's state_dict leaves out (non-persistent, as Llama's rotary inv_freq) are not
+// written, and keep their built values when a file is loaded.
 // A tied parameter is written once, under its first holder's name (GPT-2's "0.wte.weight", not
 // the head's alias of it); safetensors.torch.load_model restores the alias, as for any model with
 // shared tensors, and `--init-weights` loads every holder from that one tensor.

@@ -550,6 +550,34 @@ def gpt2_weights_to_pytorch(binary, tmp):
     assert "Traceback" not in result.stderr and "terminate called" not in result.stderr, result.stderr
 
 
+def llama_weights_to_pytorch(binary, tmp):
+    """Llama's rotary inv_freq is a non-persistent buffer: the saved weights leave it out, so the
+    builder's nn.Sequential loads them with strict=True, and a file PyTorch saved (without it)
+    starts a run."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    sys.path.insert(0, os.path.join(SOURCE, "models", "examples"))
+    import llama
+    os.environ["GPIPE_CACHE_DIR"] = os.path.join(tmp, "cache")
+    examples = os.path.join(SOURCE, "models", "examples")
+    doc = record(os.path.join(examples, "llama.json"))
+    doc["python"] = os.path.join(examples, "llama.py") + ":build"
+    doc["data"] = {"kind": "random-tokens"}
+    model = os.path.join(tmp, "llama.json")
+    with open(model, "w") as f:
+        json.dump(doc, f)
+    plan_path = cut_plan(binary, tmp, "llama-k2", gpt2_fake_profile(tmp, 4), 2, "off", microbatches=2, batch=8)
+    saved = os.path.join(tmp, "llama.safetensors")
+    sh([binary, "run", plan_path, "--model", model, "--steps", "1", "--save-weights", saved], cwd=tmp)
+    state = load_file(saved)
+    assert not [k for k in state if "inv_freq" in k], sorted(state)
+    seq = llama.build()
+    seq.load_state_dict(state, strict=True)
+    theirs = os.path.join(tmp, "from-pytorch.safetensors")
+    save_file({k: v.contiguous() for k, v in llama.build().state_dict().items()}, theirs)
+    sh([binary, "run", plan_path, "--model", model, "--steps", "1", "--init-weights", theirs], cwd=tmp)
+
+
 def user_token_data(binary, tmp):
     """A text prepared by scripts/prepare_tokens.py into nanoGPT's train.bin/val.bin and Megatron's
     .bin/.idx trains the tiny GPT (a byte vocabulary of 256) K=2 with evaluation every two steps:
@@ -780,7 +808,7 @@ def validate_compare_calibrate(binary, tmp):
     sh([binary, "plan", "--profile", PROFILE, "--cluster", again, "--global-batch", "16"])
 
 
-CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch, user_token_data, npy_images,
+CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch, llama_weights_to_pytorch, user_token_data, npy_images,
                                   llama_tuple_boundaries, bad_python_models, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
