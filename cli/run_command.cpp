@@ -76,6 +76,8 @@ class RunCommand : public Command {
         "  gpipe-plan run PLAN.json --model models/examples/gpt2.json --save-weights gpt2.safetensors\n"
         "    then in Python: seq = build(); safetensors.torch.load_model(seq, \"gpt2.safetensors\")\n"
         "  gpipe-plan run PLAN.json --model models/examples/gpt2.json --init-weights gpt2.safetensors (fine-tune)\n"
+        "  your own token file (scripts/prepare_tokens.py), evaluated every 50 steps on its validation set:\n"
+        "    gpipe-plan run PLAN.json --model models/examples/gpt2-tokens.json --steps 300 --eval-every 50 --eval-batches 4\n"
         "  a model written in Python (\"python\": \"file.py:build\", traced once before the ranks start):\n"
         "    gpipe-plan run gpt2-plan.json --model models/examples/gpt2.json --steps 5\n"
         "  check a plan under NCCL's rules on the CPU before a GPU run:\n"
@@ -83,7 +85,9 @@ class RunCommand : public Command {
         "  two machines: gpipe-plan run PLAN.json --model M --nnodes 2 --node-rank 0|1 --master-addr HOST --master-port 29500\n"
         "  under torchrun or srun (RANK/WORLD_SIZE or SLURM_PROCID/SLURM_NTASKS set), each process joins the job.\n"
         "One process per rank (K x D of the plan), Gloo on CPU, NCCL on GPUs. A progress line per step shows\n"
-        "the loss, samples/s and time left; the record holds every rank's action times and peak memory.");
+        "the loss, learning rate, gradient norm, evaluation loss (when evaluated), samples/s and time left; the\n"
+        "record holds them and every rank's action times and peak memory. The optimizer's settings, schedule\n"
+        "and clipping are the model file's \"training\" section (docs/formats.md).");
   }
 
   int Run(std::ostream& out, std::ostream& err) override {
