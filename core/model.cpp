@@ -320,7 +320,6 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
                                    "(a scripted nn.Sequential file) or \"python\" (\"file.py:function\", a function "
                                    "returning an nn.Sequential)");
   }
-  const auto resolve = [&base_dir](const std::string& path) { return Resolve(base_dir, path); };
   if (r.Has("python")) {
     const std::string text = r.String("python");
     if (!r.status().ok()) return r.status();
@@ -330,7 +329,7 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
     if (file.empty() || model.python_function.empty()) {
       return Status::Invalid(r.Where("python") + ": \"" + text + "\" is not \"file.py:function\", e.g. \"gpt2.py:build\"");
     }
-    model.python_path = resolve(file);
+    model.python_path = Resolve(base_dir, file);
     if (!IsRegularFile(model.python_path)) {
       return Status::Invalid(r.Where("python") + ": \"" + model.python_path +
                              "\" is not a readable file; name a Python file whose function returns an nn.Sequential");
@@ -338,7 +337,7 @@ Expected<ModelSpec> ModelFromJson(const nlohmann::json& json, const std::string&
   } else if (r.Has("torchscript")) {
     const std::string path = r.String("torchscript");
     if (!r.status().ok()) return r.status();
-    model.torchscript_path = resolve(path);
+    model.torchscript_path = Resolve(base_dir, path);
     if (!IsRegularFile(model.torchscript_path)) {
       return Status::Invalid(r.Where("torchscript") + ": \"" + model.torchscript_path +
                              "\" is not a readable file; save one with torch.jit.script(nn.Sequential(...)).save(path)");

@@ -30,12 +30,6 @@ Expected<torch::Tensor> ReadText(const std::string& path) {
   return torch::tensor(ids, torch::kLong);
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 // The images and labels of `spec`, checked against the model's input.
 Status OpenImages(const DataSpec& spec, const ModelInput& in, DataSource::Split& split) {
   Expected<NpyArray> images = OpenNpy(spec.path);
@@ -44,12 +38,12 @@ Status OpenImages(const DataSpec& spec, const ModelInput& in, DataSource::Split&
   if (!labels.ok()) return labels.status();
   const std::vector<int64_t> want = {images->shape.empty() ? 0 : images->shape[0], in.height, in.width, in.channels};
   if (images->descr != "|u1" || images->shape != want) {
-    return Status::Invalid(spec.path + ": images are " + images->descr + " " + ShapeText(images->shape) +
+    return Status::Invalid(spec.path + ": images are " + images->descr + " " + c10::str(c10::IntArrayRef(images->shape)) +
                            "; the model's input needs uint8 (|u1) [N, " + std::to_string(in.height) + ", " +
                            std::to_string(in.width) + ", " + std::to_string(in.channels) + "] (N, height, width, channels)");
   }
   if (labels->descr != "<i8" || labels->shape != std::vector<int64_t>{want[0]}) {
-    return Status::Invalid(spec.labels_path + ": labels are " + labels->descr + " " + ShapeText(labels->shape) +
+    return Status::Invalid(spec.labels_path + ": labels are " + labels->descr + " " + c10::str(c10::IntArrayRef(labels->shape)) +
                            "; give int64 (<i8) [" + std::to_string(want[0]) + "], one per image of " + spec.path);
   }
   split.images = std::move(*images);

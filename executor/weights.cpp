@@ -30,12 +30,6 @@ std::optional<torch::ScalarType> TorchDtype(const std::string& name) {
   return std::nullopt;
 }
 
-std::string ShapeText(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i > 0 ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 // Where each tied parameter's alias reads from: (layer, name) of a later holder -> the first's.
 Expected<std::map<std::pair<int, std::string>, std::pair<int, std::string>>> TiedAliases(const ModelSpec& model) {
   Expected<std::vector<SharedParameter>> shared = SharedParametersOf(model);
@@ -158,13 +152,13 @@ Status LoadWeights(const std::string& path, const Plan& plan, const ModelSpec& m
         some += (some.empty() ? "" : ", ") + n;
       }
       status = Status::Invalid("--init-weights " + path + ": has no tensor \"" + key + "\" for " + what + " " +
-                               ShapeText(tensor.sizes().vec()) + "; it holds " + std::to_string(file->tensors.size()) + " (" + some +
+                               c10::str(tensor.sizes()) + "; it holds " + std::to_string(file->tensors.size()) + " (" + some +
                                (file->tensors.size() > 3 ? ", ..." : "") + "): was it saved from this model?");
       return;
     }
     if (entry->shape != tensor.sizes().vec()) {
-      status = Status::Invalid("--init-weights " + path + ": tensor \"" + key + "\" has shape " + ShapeText(entry->shape) +
-                               " where " + what + " needs " + ShapeText(tensor.sizes().vec()));
+      status = Status::Invalid("--init-weights " + path + ": tensor \"" + key + "\" has shape " + c10::str(c10::IntArrayRef(entry->shape)) +
+                               " where " + what + " needs " + c10::str(tensor.sizes()));
       return;
     }
     const std::optional<torch::ScalarType> dtype = TorchDtype(entry->dtype);
