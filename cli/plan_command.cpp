@@ -1,4 +1,5 @@
 // gpipe-plan plan: the fastest plan that fits, with the alternatives and, when nothing fits, why.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -11,6 +12,7 @@
 #include "core/files.h"
 #include "core/plan.h"
 #include "core/schedule/validate.h"
+#include "core/suggest.h"
 #include "core/units.h"
 #include "planner/infeasible.h"
 #include "planner/report.h"
@@ -41,6 +43,9 @@ class PlanCommand : public Command {
                    "demands it), stages (a stage recomputes all its layers or none), on (every stage, all), off");
     app.add_option("--placement", placement_, "Pin the placement: pipeline-major or replica-major");
     app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
+    app.add_option("--precision", precision_,
+                   "fp32, bf16 or fp16: what the layers compute in (weights, gradients and optimizer state stay fp32); "
+                   "default and only choice: the profile's dtype, as `profile --precision` measured it");
     app.add_flag("--oversubscribe", oversubscribe_,
                  "Also search layouts with more ranks on a node than it computes at once (a CPU profile's cores "
                  "over threads per rank); left out by default unless K and D are both pinned, as their "
@@ -66,6 +71,8 @@ class PlanCommand : public Command {
         "      # stage 0 recomputes its first 2 layers, stage 1 its first (0r2, 1r1); --remat stages: 15% slower\n"
         "  gpipe-plan plan --profile P.json --cluster C.json --global-batch 512 --gap 0.01 --time-limit 10\n"
         "      # stop within 1% of the lower bound, or after 10 s with the gap reached so far\n"
+        "  gpipe-plan plan --profile bf16-profile.json --cluster C.json --global-batch 64 --precision bf16\n"
+        "      # a profile made with `gpipe-plan profile --precision bf16`: the plan runs under bf16 autocast\n"
         "The plan written with -o runs through 'gpipe-plan simulate' as it is.");
   }
 
@@ -164,6 +171,17 @@ class PlanCommand : public Command {
       if (!placement.ok()) return placement.status().WithContext("--placement").AsUsage();
       request.placement = *placement;
     }
+    if (precision_ && *precision_ != request.profile.dtype) {
+      const std::vector<std::string>& known = Precisions();
+      if (std::find(known.begin(), known.end(), *precision_) == known.end()) {
+        return Status::Usage("--precision: unknown precision \"" + *precision_ + "\"; known: " +
+                             ChoicesAndSuggestion(*precision_, known));
+      }
+      return Status::Invalid("--precision " + *precision_ + ": " + profile_path_ + " was measured in " +
+                             request.profile.dtype + " (its dtype), and a plan is priced by a profile of the precision "
+                             "it runs in; measure one with `gpipe-plan profile --precision " + *precision_ +
+                             "`, or leave --precision out to plan in " + request.profile.dtype);
+    }
     request.optimizer = DefaultOptimizer(request.profile);
     if (optimizer_) {
       Expected<Optimizer> optimizer = ParseOptimizer(*optimizer_);
@@ -209,7 +227,7 @@ class PlanCommand : public Command {
   std::optional<double> time_limit_s_;
   double gap_ = 0;
   std::optional<int> devices_, stages_, replicas_, microbatches_, chunks_;
-  std::optional<std::string> memory_, schedule_, placement_, optimizer_;
+  std::optional<std::string> memory_, schedule_, placement_, optimizer_, precision_;
   bool json_ = false;
   bool quiet_ = false;
   bool oversubscribe_ = false;

@@ -32,6 +32,10 @@ class ProfileCommand : public Command {
         ->delimiter(',')
         ->check(CLI::Range(1, 1 << 24));
     app.add_option("--device", device_, "cpu, or cuda (GPU 0)")->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--precision", precision_,
+                   "fp32, or bf16 / fp16: the layers measured under autocast, as `run` executes a plan of that "
+                   "precision (weights, gradients and optimizer state fp32); recorded as the profile's dtype")
+        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
     app.add_option("--threads", threads_, "Intra-op threads, as each rank will have (run --threads-per-rank)")
         ->check(CLI::Range(1, 1024));
     app.add_option("--warmup", warmup_, "Unmeasured runs before measuring")->check(CLI::Range(0, 1000));
@@ -49,6 +53,8 @@ class ProfileCommand : public Command {
         "Examples:\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8 -o tiny-gpt-profile.json\n"
         "  gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 4,8,16 --repeats 20 -o p.json\n"
+        "  in bf16 mixed precision (plans made from it run under bf16 autocast):\n"
+        "    gpipe-plan profile --model models/tiny-gpt.json --precision bf16 -o tiny-gpt-bf16.json\n"
         "  co-located ranks probed at every size, with up to 2 ranks per node:\n"
         "    gpipe-plan profile --model models/tiny-gpt.json --microbatch-size 8,1,2,4 --probe-sizes 1,2,4,8 --ranks-per-node 2 -o p.json\n"
         "  a Hugging Face GPT-2 from a Python build() (traced once, cached in $GPIPE_CACHE_DIR):\n"
@@ -75,6 +81,7 @@ class ProfileCommand : public Command {
     settings.repeats = repeats_;
     settings.threads = threads_;
     settings.device_name = device_;
+    settings.precision = precision_;
     if (device_ == "cuda") {
       if (!torch::cuda::is_available()) return Fail(err, "profile", Status::Invalid("--device cuda: no usable GPU here; use --device cpu"));
       settings.device = torch::Device(torch::kCUDA, 0);
@@ -216,7 +223,7 @@ class ProfileCommand : public Command {
   }
 #endif
 
-  std::string model_path_, output_path_, device_ = "cpu";
+  std::string model_path_, output_path_, device_ = "cpu", precision_ = "fp32";
   // The probe's sizes: --probe-sizes, each one of --microbatch-size, with the first always in; by
   // default the smallest, the first and the largest.
   Expected<std::vector<int64_t>> ProbeSizes() const {

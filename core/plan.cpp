@@ -35,7 +35,7 @@ constexpr int64_t kMaxLayers = int64_t{1} << 24;
 
 const std::set<std::string> kKnownTop = {"format",       "profile",      "cluster",   "schedule",
                                          "microbatches", "global_batch", "replicas",  "placement",
-                                         "optimizer",    "stages"};
+                                         "optimizer",    "precision",    "stages"};
 
 constexpr NameTable<Placement, 2> kPlacementNames = {{
     {Placement::kPipelineMajor, "pipeline-major"},
@@ -177,14 +177,24 @@ Expected<Optimizer> ParseOptimizer(const std::string& name) {
   return ParseName(kOptimizerNames, name, "optimizer");
 }
 
-double StaticBytesPerParamByte(Optimizer optimizer) {
+const std::vector<std::string>& Precisions() {
+  static const std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
+  return precisions;
+}
+
+int BytesPerParameter(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
+
+double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype) {
+  double state = 0.0;  // fp32 bytes of optimizer state per parameter
   switch (optimizer) {
-    case Optimizer::kSgd: return 2.0;
-    case Optimizer::kMomentum: return 3.0;
-    case Optimizer::kAdam: return 4.0;
-    case Optimizer::kAdamMixed: return 8.0;
+    case Optimizer::kSgd: state = 0.0; break;
+    case Optimizer::kMomentum: state = 4.0; break;
+    case Optimizer::kAdam:
+    case Optimizer::kAdamMixed: state = 8.0; break;
   }
-  return 0.0;
+  const int counted = BytesPerParameter(dtype);
+  const double copy = counted < 4 ? counted : 0.0;  // autocast's 16-bit copy of the weights
+  return (4.0 + 4.0 + state + copy) / counted;
 }
 
 Optimizer DefaultOptimizer(const Profile& profile) {
@@ -272,6 +282,17 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
       if (optimizer.ok()) plan.optimizer = *optimizer; else r.Fail("optimizer", optimizer.status().message());
     }
   }
+  if (r.Has("precision")) {
+    const std::string precision = r.String("precision");
+    if (r.status().ok() && precision != plan.profile.dtype) {
+      const std::vector<std::string>& known = Precisions();
+      r.Fail("precision", std::find(known.begin(), known.end(), precision) == known.end()
+                              ? "unknown precision \"" + precision + "\"; known: " + ChoicesAndSuggestion(precision, known)
+                              : "is \"" + precision + "\" but the plan's profile was measured in " + plan.profile.dtype +
+                                    " (profile.dtype); a plan is priced by a profile of its own precision: "
+                                    "`gpipe-plan profile --precision " + precision + "`, then plan again");
+    }
+  }
   const nlohmann::json* stages = r.Array("stages");
   for (size_t i = 0; stages != nullptr && i < stages->size() && r.status().ok(); ++i) {
     ObjectReader s((*stages)[i], r.Where("stages") + "[" + std::to_string(i) + "]");
@@ -330,6 +351,7 @@ nlohmann::json PlanToJson(const Plan& plan) {
   json["replicas"] = plan.replicas;
   json["placement"] = PlacementName(plan.placement);
   json["optimizer"] = OptimizerName(plan.optimizer);
+  json["precision"] = plan.precision();
   nlohmann::json stages = nlohmann::json::array();
   for (const StagePlan& stage : plan.stages) {
     nlohmann::json entry = {{"layers", {stage.first_layer, stage.end_layer}},

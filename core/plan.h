@@ -32,12 +32,20 @@ const std::vector<ScheduleKind>& AllScheduleKinds();
 enum class Optimizer { kSgd, kMomentum, kAdam, kAdamMixed };
 const char* OptimizerName(Optimizer optimizer);
 Expected<Optimizer> ParseOptimizer(const std::string& name);
-/// Bytes held per byte of parameters: sgd 2 (weights, grads), momentum 3, adam 4 (weights, grads,
-/// two moments), adam-mixed 8 (16-bit weights and grads, fp32 master copy and two fp32 moments:
-/// 16 bytes per parameter as in the ZeRO paper).
-double StaticBytesPerParamByte(Optimizer optimizer);
+/// Bytes a rank holds per byte of parameters (a profile counts them in its dtype: 4 bytes each in
+/// fp32, 2 in bf16 and fp16), as the executor holds them in any precision: the weights in fp32 (the
+/// master copy), their fp32 gradients, the optimizer's fp32 state (sgd none, momentum one buffer,
+/// adam and adam-mixed two moments) and, in a 16-bit plan, the 16-bit copy of the weights that
+/// autocast makes at a step's first forward and keeps until its end. fp32: sgd 2, momentum 3,
+/// adam 4. bf16 and fp16: sgd 5, momentum 7, adam and adam-mixed 9 (18 bytes per parameter:
+/// Megatron-LM's count with fp32 gradient accumulation; ZeRO's 16 and 2 for the 16-bit copy).
+double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype);
 /// adam for fp32 profiles, adam-mixed for 16-bit ones.
 Optimizer DefaultOptimizer(const Profile& profile);
+/// The precisions a plan may compute in: "fp32", "bf16", "fp16".
+const std::vector<std::string>& Precisions();
+/// Bytes of one parameter as a profile of `dtype` counts it: 4 for fp32, 2 for bf16 and fp16.
+int BytesPerParameter(const std::string& dtype);
 
 /// Where replica d's rank r runs, for D > 1: pipeline-major puts each pipeline on consecutive
 /// devices (device d*K + r: stage boundaries stay inside a node, all-reduces cross nodes);
@@ -92,6 +100,10 @@ struct Plan {
   nlohmann::json extra = nlohmann::json::object();
 
   int num_stages() const { return static_cast<int>(stages.size()); }
+  /// What the layers compute in: the profile's dtype ("fp32", "bf16" or "fp16"; a plan is priced
+  /// by a profile measured as it runs). In bf16 and fp16 the executor runs the layers under
+  /// autocast and keeps weights, gradients and optimizer state in fp32 (docs/executor.md).
+  const std::string& precision() const { return profile.dtype; }
   /// K: ranks of one pipeline.
   int num_ranks() const;
   /// Samples in one micro-batch: global_batch / (replicas * microbatches).

@@ -14,7 +14,7 @@ namespace {
 
 const std::set<std::string> kKnownTop = {"format", "model", "plan", "schedule", "device", "backend",
                                          "threads_per_rank", "global_batch", "microbatches", "num_ranks",
-                                         "replicas", "memory_measure", "clock", "steps", "throughput_samples_per_s",
+                                         "replicas", "precision", "memory_measure", "clock", "steps", "throughput_samples_per_s",
                                          "ranks"};
 
 template <typename T, typename Parse>
@@ -58,6 +58,8 @@ Expected<StepRecord> StepRecordFromJson(const nlohmann::json& json, const std::s
     const nlohmann::json* eval = r.Raw("eval_loss");
     step.eval_loss = eval->is_number() ? eval->get<double>() : std::numeric_limits<double>::quiet_NaN();
   }
+  if (r.Has("loss_scale")) step.loss_scale = r.Number("loss_scale", 0.0);
+  step.skipped = r.OptionalBool("skipped", false);
   if (!r.status().ok()) return r.status();
   return step;
 }
@@ -67,6 +69,8 @@ nlohmann::json StepRecordToJson(const StepRecord& s) {
   if (s.learning_rate) step["learning_rate"] = *s.learning_rate;
   if (s.grad_norm) step["grad_norm"] = *s.grad_norm;
   if (s.eval_loss) step["eval_loss"] = *s.eval_loss;
+  if (s.loss_scale) step["loss_scale"] = *s.loss_scale;
+  if (s.skipped) step["skipped"] = true;
   return step;
 }
 
@@ -210,6 +214,7 @@ Expected<RunRecord> RunRecordFromJson(const nlohmann::json& json, const std::str
   record.microbatches = static_cast<int>(r.Integer("microbatches", 1, INT32_MAX));
   record.num_ranks = static_cast<int>(r.OptionalInteger("num_ranks", 1, INT32_MAX, 1));
   record.replicas = static_cast<int>(r.OptionalInteger("replicas", 1, INT32_MAX, 1));
+  record.precision = r.OptionalString("precision", "fp32");
   record.memory_measure = r.OptionalString("memory_measure", "");
   record.clock = r.OptionalString("clock", "host");
   if (record.clock != "host" && record.clock != "cuda-events") {
@@ -238,6 +243,7 @@ nlohmann::json RunRecordToJson(const RunRecord& record) {
   json["microbatches"] = record.microbatches;
   json["num_ranks"] = record.num_ranks;
   json["replicas"] = record.replicas;
+  json["precision"] = record.precision;
   if (!record.memory_measure.empty()) json["memory_measure"] = record.memory_measure;
   json["clock"] = record.clock;
   nlohmann::json steps = nlohmann::json::array();

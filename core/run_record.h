@@ -64,6 +64,10 @@ struct StepRecord {
   std::optional<double> grad_norm{};
   /// The mean loss over the evaluation batches run after this step (run --eval-every), if any.
   std::optional<double> eval_loss{};
+  /// fp16 only: the loss scale the step's backward used, and whether its gradients held an inf or
+  /// a NaN on some rank, so that no rank updated (executor/precision.h).
+  std::optional<double> loss_scale{};
+  bool skipped = false;
 };
 
 struct RunRecord {
@@ -79,6 +83,8 @@ struct RunRecord {
   int microbatches = 0;
   int num_ranks = 1;
   int replicas = 1;
+  /// What the layers computed in: the plan's precision ("fp32", "bf16", "fp16").
+  std::string precision = "fp32";
   /// What peak_memory_bytes counts, in words.
   std::string memory_measure;
   /// What timed the actions and steps: "host" (steady clock) or "cuda-events" (events on the

@@ -393,7 +393,9 @@ Expected<std::vector<std::unique_ptr<Layer>>> BuildLayers(const ModelSpec& model
 }
 
 torch::Tensor LossOf(const ModelSpec& /*model*/, const torch::Tensor& output, const torch::Tensor& target) {
-  return torch::nn::functional::cross_entropy(output.reshape({-1, output.size(-1)}), target.reshape({-1}));
+  // In fp32 whatever the logits' type: a 16-bit plan's loss as mixed precision takes it.
+  const torch::Tensor logits = output.scalar_type() == torch::kFloat ? output : output.to(torch::kFloat);
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));
 }
 
 }  // namespace gpipe::executor

@@ -84,7 +84,7 @@ std::vector<torch::Tensor> UniqueTensors(const std::vector<torch::Tensor>& param
 /// be threads of one process): layer i's weights depend on the model seed and i alone.
 std::mutex& GlobalRngMutex();
 
-/// Cross-entropy over the last dimension, mean over everything else.
+/// Cross-entropy over the last dimension, mean over everything else; in fp32 (16-bit logits are cast).
 torch::Tensor LossOf(const ModelSpec& model, const torch::Tensor& output, const torch::Tensor& target);
 
 }  // namespace gpipe::executor

@@ -9,12 +9,14 @@
 #include <ATen/cuda/CUDAEvent.h>
 #endif
 
+#include "core/plan.h"
 #include "core/statistics.h"
 #include "executor/data.h"
 #include "executor/exception_text.h"
 #include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
+#include "executor/precision.h"
 #include "executor/rng_state.h"
 #include "executor/split_backward.h"
 
@@ -112,6 +114,14 @@ Measured OneGraphScale(const std::vector<SizeMeasurement>& sizes) {
   return {Median(ratios), HalfIqr(ratios)};
 }
 
+int64_t CountedParameterBytes(const std::vector<torch::Tensor>& params, const std::string& precision) {
+  int64_t bytes = 0;
+  for (const torch::Tensor& p : params) {
+    bytes += p.scalar_type() == torch::kFloat ? p.numel() * BytesPerParameter(precision) : static_cast<int64_t>(p.nbytes());
+  }
+  return bytes;
+}
+
 Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, const ProfileSettings& settings) {
   at::set_num_threads(settings.threads);
   KeepFreedHostMemory();
@@ -123,6 +133,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
   std::vector<std::unique_ptr<Layer>>& layers = *built;
   Expected<DataSource> data = DataSource::Open(model);
   if (!data.ok()) return data.status();
+  const std::optional<c10::ScalarType> compute_type = ComputeType(settings.precision);
 
   // Each round runs the model as a pipeline of one-layer stages would: layer by layer, each layer
   // on the detached output of the one before, timing each forward; then each layer's backward in
@@ -178,9 +189,20 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
       const bool keep = round >= settings.warmup;
       const auto whole_pass = [&] {
         Values h = {layers.front()->MayWriteInput() ? batch.input.clone() : batch.input};
-        for (auto& layer : layers) h = layer->Apply(h);
+        {
+          const AutocastScope autocast(compute_type, settings.device);
+          for (auto& layer : layers) h = layer->Apply(h);
+        }
         LossOfLast(model, *layers.back(), h, batch.target).backward();
       };
+      // In 16 bits autocast's copy of each weight is made at the first forward of a step and
+      // shared by all its micro-batches (the memory model counts it with the weights): made here
+      // first, so that no layer's activations count it.
+      if (compute_type && round == 0 && &state == &states.front()) {
+        where = "the whole model, making autocast's weight copies";
+        whole_pass();
+        clear_grads();
+      }
       // A round moves from size to size; a run repeats one. The first pass after the largest size
       // ran up to 40% slower (the tiny GPT's forward at 8 samples, after 96: 0.57 ms a sample
       // against 0.37 measured in runs and when 8 came after 6), so one unmeasured pass at this
@@ -202,7 +224,10 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           const Values in = layer.MayWriteInput() ? ClonedOf(x) : x;
           Values out;
           const double ms = DeviceTimeMs(settings.device, [&] {
-            out = layer.Apply(in);
+            {
+              const AutocastScope autocast(compute_type, settings.device);
+              out = layer.Apply(in);
+            }
             if (i + 1 == n) out = {LossOfLast(model, layer, out, batch.target)};
           });
           if (keep) state.no_grad[i].push_back(ms);
@@ -231,12 +256,15 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
           const int64_t before = meter.CurrentBytes();
           meter.ResetPeak();
           const double ms = DeviceTimeMs(settings.device, [&] {
-            outs[i] = layer.Apply(in);
+            {
+              const AutocastScope autocast(compute_type, settings.device);
+              outs[i] = layer.Apply(in);
+            }
             if (i + 1 == n) outs[i] = {LossOfLast(model, layer, outs[i], batch.target)};
           });
           if (round == 0 && pass == Pass::kFull) {
             m.name = layer.name();
-            m.param_bytes = BytesOf(layer.Parameters());
+            m.param_bytes = CountedParameterBytes(layer.Parameters(), settings.precision);
             m.activation_bytes = meter.CurrentBytes() - before;
             m.forward_workspace_bytes = std::max<int64_t>(0, meter.PeakBytes() - meter.CurrentBytes());
             m.output_bytes = BytesOf(outs[i]);
@@ -353,6 +381,7 @@ Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, cons
     size.whole_model = Summarize(state.whole);
     sizes.push_back(std::move(size));
   }
+  ClearWeightCopies();
   return sizes;
 }
 
@@ -366,6 +395,7 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
   profile.microbatch_size = first.microbatch_size;
   profile.input_bytes = first.input_bytes;
   profile.rng_state_bytes = RngStateBytesOn(settings.device);
+  profile.dtype = settings.precision;
   for (const LayerMeasurement& m : first.layers) {
     LayerProfile layer;
     layer.name = m.name;
@@ -390,7 +420,9 @@ Profile ProfileFromMeasurements(const ModelSpec& model, const ProfileSettings& s
   // MeasureModel built the layers from the same file, so its notes were read once already.
   if (Expected<std::vector<SharedParameter>> shared = SharedParametersOf(model); shared.ok()) {
     for (const SharedParameter& p : *shared) {
-      profile.tied_parameters.push_back({p.layers, p.bytes, p.names.empty() ? std::string() : p.names.front()});
+      // Noted in fp32, as the executor holds it; counted in the profile's precision.
+      const int64_t bytes = p.bytes / 4 * BytesPerParameter(settings.precision);
+      profile.tied_parameters.push_back({p.layers, bytes, p.names.empty() ? std::string() : p.names.front()});
     }
   }
   nlohmann::json measurements = nlohmann::json::array();

@@ -32,6 +32,10 @@ struct ProfileSettings {
   int threads = 1;
   torch::Device device = torch::kCPU;
   std::string device_name = "cpu";
+  /// What the layers compute in, as `run` will execute a plan of this precision: "fp32", or
+  /// "bf16" and "fp16" under autocast (executor/precision.h). Parameter bytes are counted in it
+  /// (2 bytes a parameter in 16 bits), as the memory model prices them (core/plan.h).
+  std::string precision = "fp32";
   /// Called after each measured layer: (done, total, what).
   std::function<void(int, int, const std::string&)> progress;
 };
@@ -75,6 +79,10 @@ struct SizeMeasurement {
   /// Forward and backward of the whole model on one micro-batch, as one rank would run it.
   Timing whole_model;
 };
+
+/// Bytes of `params` (fp32, as the executor holds them) as a profile of `precision` counts them:
+/// 4 a parameter in fp32, 2 in bf16 and fp16 (core/plan.h, BytesPerParameter).
+int64_t CountedParameterBytes(const std::vector<torch::Tensor>& params, const std::string& precision);
 
 Expected<std::vector<SizeMeasurement>> MeasureModel(const ModelSpec& model, const ProfileSettings& settings);
 

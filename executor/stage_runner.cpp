@@ -57,6 +57,7 @@ void StageRunner::BeginStep(const Batch& replica_batch) {
   targets_ = IsLocal(config_.num_stages - 1) ? copy(replica_batch.target) : torch::Tensor();
   loss_sum_ = torch::Tensor();
   step_loss_ = 0;
+  ClearWeightCopies();
 }
 
 ActionMarks StageRunner::Execute(const std::vector<Action>& actions, size_t index) {
@@ -102,6 +103,7 @@ Values StageRunner::RunLayers(StageSetup& stage, size_t begin, size_t end, Value
   // The input is kept (for its gradient, or for the recompute; a leaf, past recomputed layers)
   // and the first stage's is the batch: a layer that may write into its input gets a copy.
   if (begin < end && stage.layers[begin]->MayWriteInput()) x = ClonedOf(x);
+  const AutocastScope autocast(config_.compute_type, config_.device);
   for (size_t l = begin; l < end; ++l) {
     x = stage.layers[l]->Apply(x);
     if (boundaries != nullptr && boundaries->empty() && AnyRequiresGrad(x)) *boundaries = x;
@@ -360,6 +362,7 @@ void StageRunner::FinishStep() {
   step_loss_ = HasLastStage() && loss_sum_.defined() ? loss_sum_.item<double>() / config_.microbatches : 0.0;
   inputs_.clear();
   targets_ = torch::Tensor();
+  ClearWeightCopies();
 }
 
 }  // namespace gpipe::executor

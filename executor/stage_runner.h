@@ -34,6 +34,7 @@
 #include "executor/communicator.h"
 #include "executor/data.h"
 #include "executor/layers.h"
+#include "executor/precision.h"
 #include "executor/shape_header.h"
 #include "executor/split_backward.h"
 
@@ -62,6 +63,8 @@ struct RunnerConfig {
   torch::Device device = torch::kCPU;
   /// The schedule splits backward into I and W (zb-h1).
   bool split_backward = false;
+  /// The 16-bit type the layers compute in under autocast (executor/precision.h); none: fp32.
+  std::optional<c10::ScalarType> compute_type;
 };
 
 /// This rank's wire steps for each of its actions: in a run's first step and in later ones.
@@ -102,6 +105,9 @@ class StageRunner {
   /// Mean of the micro-batch losses of the finished step (last stage only; 0 elsewhere).
   double StepLoss() const { return step_loss_; }
   bool HasLastStage() const;
+  /// The factor each micro-batch's loss is multiplied by before its backward, from the next step
+  /// on: 1 / (M * D), times fp16's loss scale.
+  void SetLossScale(double scale) { config_.loss_scale = scale; }
 
   std::vector<torch::Tensor> Parameters() const;
   /// Every stage's layers, for checkpoints.

@@ -13,6 +13,8 @@
 #include "executor/host_memory.h"
 #include "executor/layers.h"
 #include "executor/local_communicator.h"
+#include "executor/precision.h"
+#include "executor/profiler.h"
 #include "executor/stage_runner.h"
 #include "executor/trainer.h"
 
@@ -49,6 +51,7 @@ std::pair<Measured, Measured> ActionOverheads(const ModelSpec& model, const Prof
   config.stage_process = {0};
   config.loss_scale = 1.0 / kMicrobatches;
   config.device = settings.device;
+  config.compute_type = ComputeType(settings.precision);
   std::shared_ptr<LocalHub> hub = std::make_shared<LocalHub>(1, std::chrono::milliseconds(60000));
   std::unique_ptr<Communicator> comm = MakeLocalCommunicator(hub, 0);
   std::vector<StageSetup> stages(1);
@@ -110,8 +113,9 @@ Expected<StepCosts> MeasureStepCosts(const ModelSpec& model, const ProfileSettin
 
   StepCosts costs;
   const std::vector<torch::Tensor> params = ParametersOf(layers);
-  double param_bytes = 0;
-  for (const torch::Tensor& p : params) param_bytes += static_cast<double>(p.nbytes());
+  // Per GiB of parameters as the profile counts them (2 bytes a parameter in 16 bits), which is
+  // what the step's cost is priced from; the update itself runs over the fp32 weights.
+  const double param_bytes = static_cast<double>(CountedParameterBytes(params, settings.precision));
   for (const Optimizer o : {Optimizer::kSgd, Optimizer::kMomentum, Optimizer::kAdam}) {
     Plan plan;
     plan.optimizer = o;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "executor/launcher.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
+#include "executor/precision.h"
 #include "executor/stage_runner.h"
 #include "executor/weights.h"
 
@@ -119,6 +121,15 @@ double GlobalSquaredGradNorm(Communicator& comm, const std::vector<torch::Tensor
     comm.AllReduceSum(sum, everyone);
   }
   return sum.item<double>();
+}
+
+// Sets one gradient element of the first parameter with one to inf, as an fp16 overflow would.
+void InjectInf(const std::vector<torch::Tensor>& params) {
+  for (const torch::Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    p.grad().view({-1})[0].fill_(std::numeric_limits<double>::infinity());
+    return;
+  }
 }
 
 // The mean loss of `batches` evaluation batches: each runs the rank's actions of a step with the
@@ -272,6 +283,9 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   config.loss_scale = 1.0 / (static_cast<double>(M) * D);
   config.device = options.device;
   config.split_backward = SplitsBackward(plan.schedule);
+  config.compute_type = ComputeType(plan.precision());
+  const double loss_scale = config.loss_scale;
+  LossScaler scaler = plan.precision() == "fp16" ? LossScaler::ForFp16() : LossScaler();
   ActionClock clock(options.device, options.timeout);
   outcome.clock = clock.name();
   StageRunner runner(config, std::move(stages), RankWireOf(lowered, prank, options.posting), comm, clock);
@@ -322,6 +336,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       comm.Barrier();
       clock.BeginStep();
       optimizer->zero_grad(/*set_to_none=*/true);
+      runner.SetLossScale(loss_scale * scaler.scale());
       meter.ResetPeak();
       outcome.record.step_start_memory_bytes.push_back(meter.CurrentBytes());
       // A temporary: the runner copies what its stages read, and the rest is freed here.
@@ -342,23 +357,39 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss, options.device);
       const double learning_rate = LearningRateAt(model.training, step);
       std::optional<double> grad_norm;
-      if (clips) {
-        grad_norm = ClipGradients(params, GlobalSquaredGradNorm(comm, params, *shared, replica, options.device),
-                                  model.training.clip_grad_norm);
+      const double used_scale = scaler.scale();
+      bool skipped = false;
+      if (options.inject_inf && options.inject_inf->first == step && options.inject_inf->second == comm.rank()) {
+        InjectInf(params);
       }
-      SetLearningRate(*optimizer, learning_rate);
-      optimizer->step();
+      if (clips || scaler.dynamic()) {
+        double squared = GlobalSquaredGradNorm(comm, params, *shared, replica, options.device);
+        // Every rank has the same sum, so every rank reaches the same verdict and the same scale.
+        skipped = !scaler.Update(std::isfinite(squared));
+        if (scaler.dynamic() && !skipped) {
+          for (const torch::Tensor& p : params) {
+            if (p.grad().defined()) p.grad().div_(used_scale);
+          }
+          squared /= used_scale * used_scale;
+        }
+        grad_norm = skipped ? std::sqrt(squared) : ClipGradients(params, squared, model.training.clip_grad_norm);
+      }
+      if (!skipped) {
+        SetLearningRate(*optimizer, learning_rate);
+        optimizer->step();
+      }
       const double time_ms = clock.EndStep();
       // Without clipping the step does not need the norm: it is summed after the step's clock
       // stops, from the gradients the update used.
-      if (!clips) grad_norm = std::sqrt(GlobalSquaredGradNorm(comm, params, *shared, replica, options.device));
+      if (!grad_norm) grad_norm = std::sqrt(GlobalSquaredGradNorm(comm, params, *shared, replica, options.device));
       for (auto& [marks, action] : timed) {
         action.start_ms = clock.At(marks.start);
         action.end_ms = clock.At(marks.end);
         if (marks.recompute_start >= 0) action.recompute_ms = clock.At(marks.recompute_end) - clock.At(marks.recompute_start);
         outcome.record.actions.push_back(action);
       }
-      outcome.steps.push_back({step, loss, time_ms, learning_rate, grad_norm});
+      outcome.steps.push_back({step, loss, time_ms, learning_rate, grad_norm, std::nullopt,
+                               scaler.dynamic() ? std::optional<double>(used_scale) : std::nullopt, skipped});
       step_peak = std::max(step_peak, meter.PeakBytes());
       outcome.record.peak_reserved_bytes = std::max(outcome.record.peak_reserved_bytes, meter.PeakReservedBytes());
       outcome.record.step_peak_memory_bytes.push_back(step_peak);
@@ -421,6 +452,7 @@ RunRecord MergeOutcomes(const Plan& plan, const ModelSpec& model, std::vector<Ra
   record.microbatches = plan.microbatches;
   record.num_ranks = plan.num_ranks();
   record.replicas = plan.replicas;
+  record.precision = plan.precision();
   if (!outcomes.empty()) {
     record.memory_measure = outcomes.front().memory_measure;
     record.clock = outcomes.front().clock;

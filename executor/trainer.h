@@ -6,7 +6,9 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -42,6 +44,9 @@ struct TrainOptions {
   /// How long the end of a step waits for the device (a GPU stream stuck on a message that never
   /// comes) before failing with an error.
   std::chrono::milliseconds timeout{60000};
+  /// Tests only: at (step, process rank), one gradient element set to inf after the backward, as an
+  /// fp16 overflow leaves it (a 16-bit plan's step is then skipped on every rank).
+  std::optional<std::pair<int, int>> inject_inf;
   /// How receives are posted; only tests choose the design before lanes, to show it deadlocks.
   WirePosting posting = WirePosting::kAheadInSenderOrder;
   /// Called on every rank after each step with the step's record and the number of steps; the

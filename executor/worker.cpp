@@ -69,7 +69,8 @@ Expected<RankOutcome> OutcomeFromJson(const std::string& text) {
   return o;
 }
 
-// "step 3/10  loss 4.1234  lr 6.00e-04  grad norm 1.234  812.5 samples/s  2.1 s left"
+// "step 3/10  loss 4.1234  lr 6.00e-04  grad norm 1.234  812.5 samples/s  2.1 s left"; fp16 adds the
+// loss scale, and says when the step was skipped.
 void PrintProgress(std::ostream& out, const StepRecord& step, int steps, int64_t batch, double* mean_ms, int* seen) {
   *mean_ms = (*mean_ms * *seen + step.time_ms) / (*seen + 1);
   ++*seen;
@@ -77,6 +78,8 @@ void PrintProgress(std::ostream& out, const StepRecord& step, int steps, int64_t
   if (step.learning_rate) optimizer += Sprintf("  lr %.2e", *step.learning_rate);
   if (step.grad_norm) optimizer += Sprintf("  grad norm %.4g", *step.grad_norm);
   if (step.eval_loss) optimizer += Sprintf("  eval loss %.4f", *step.eval_loss);
+  if (step.loss_scale) optimizer += Sprintf("  loss scale %g", *step.loss_scale);
+  if (step.skipped) optimizer += "  skipped (inf/nan gradients; loss scale halved)";
   out << Sprintf("step %d/%d  loss %.4f%s  %.1f samples/s  %.1f s left\n", step.step + 1, steps, step.loss,
                  optimizer.c_str(), static_cast<double>(batch) / (step.time_ms / 1000.0),
                  *mean_ms * (steps - step.step - 1) / 1000.0);
@@ -111,6 +114,7 @@ TrainOptions OptionsFrom(const RunSettings& settings) {
   options.save_weights = settings.save_weights;
   options.eval_every = settings.eval_every;
   options.eval_batches = settings.eval_batches;
+  options.inject_inf = settings.inject_inf;
   options.posting = settings.posting;
   options.timeout = settings.timeout;
   return options;

@@ -78,6 +78,8 @@ struct RunSettings {
   /// lanes (one queue per pair, receives in the receiver's order) deadlocks.
   NcclQueues nccl_queues = NcclQueues::kPerDirection;
   WirePosting posting = WirePosting::kAheadInSenderOrder;
+  /// Tests only: TrainOptions::inject_inf.
+  std::optional<std::pair<int, int>> inject_inf;
 };
 
 /// The checks before any rank starts: the model's layers match the plan's profile, the batch

@@ -66,7 +66,8 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   // Optimizers with less state, the one closest to the chosen first.
   std::vector<Optimizer> lighter;
   for (Optimizer o : {Optimizer::kAdamMixed, Optimizer::kAdam, Optimizer::kMomentum, Optimizer::kSgd}) {
-    if (StaticBytesPerParamByte(o) < StaticBytesPerParamByte(request.optimizer)) lighter.push_back(o);
+    const std::string& dtype = request.profile.dtype;
+    if (StaticBytesPerParamByte(o, dtype) < StaticBytesPerParamByte(request.optimizer, dtype)) lighter.push_back(o);
   }
   for (Optimizer o : lighter) {
     SearchRequest other = request;

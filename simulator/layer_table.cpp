@@ -13,7 +13,7 @@ LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer
       forward_overhead_ms_(calibration != nullptr ? calibration->ForwardOverheadMs(ranks_per_node) : 0.0),
       backward_overhead_ms_(calibration != nullptr ? calibration->BackwardOverheadMs(ranks_per_node) : 0.0),
       sends_held_(calibration != nullptr && calibration->sends_held),
-      factor_(StaticBytesPerParamByte(optimizer)) {
+      factor_(StaticBytesPerParamByte(optimizer, profile.dtype)) {
   const int layers = profile.num_layers();
   f_.assign(layers + 1, 0.0);
   b_ = w_ = act_ = param_ = no_grad_ = least_ = f_;

@@ -94,7 +94,7 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
   out += "schedule " + std::string(ScheduleName(plan.schedule)) + ", K=" + std::to_string(ranks) +
          " ranks, " + std::to_string(plan.num_stages()) + " stages, M=" + std::to_string(plan.microbatches) +
          " micro-batches of " + std::to_string(plan.microbatch_size()) + " (global batch " +
-         std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) + "\n";
+         std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) + ", " + plan.precision() + "\n";
   const std::string overflows = Overflows(plan, result);
   if (!overflows.empty()) {
     out += "DOES NOT FIT: peak memory exceeds the device's " + FormatMemoryLimit(static_cast<double>(plan.cluster.device_memory_bytes)) +

@@ -2,15 +2,19 @@
 // {1,2,4,8}, remat on and off, the parameters after three pipelined steps (ranks as threads over
 // the in-process wire) equal those of one process training the whole batch, in fp32. The same
 // holds over the wire with NCCL's rules (K 2-4, M 1-8), where the design before lanes deadlocks.
-// GPIPE_TEST_DEVICE=cuda runs the pipelined side on GPU 0 (scripts/gpu-check.sh).
+// GPIPE_TEST_DEVICE=cuda runs the pipelined side on GPU 0 (scripts/gpu-check.sh). In bf16 and fp16
+// (executor/precision.h) the one process computes under the same autocast.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <tuple>
 
 #include "core/schedule/validate.h"
 #include "executor/data.h"
 #include "executor/layers.h"
+#include "executor/precision.h"
 #include "executor/trainer.h"
 #include "executor/worker.h"
 #include "tests/executor/test_plans.h"
@@ -33,7 +37,11 @@ double Tolerance(double cpu_atol) { return TestDevice() == "cuda" ? std::max(cpu
 
 // Parameters of every layer after `steps` single-process steps on the whole batch, with the
 // model's learning-rate schedule and torch::nn::utils::clip_grad_norm_ (the C++ twin of
-// torch.nn.utils.clip_grad_norm_) when it clips; `norms` gets each step's gradient norm.
+// torch.nn.utils.clip_grad_norm_) when it clips; `norms` gets each step's gradient norm. In bf16
+// and fp16 the one process runs under the same autocast and, since a 16-bit product rounds
+// differently over a micro-batch than over the whole batch, on the plan's D x M micro-batches one
+// after the other (gradient accumulation); in fp16 with each loss scaled by 2^16, the scale a run
+// starts with (no step here overflows, so it stays).
 std::vector<std::vector<torch::Tensor>> Reference(const Plan& plan, const ModelSpec& model, int steps,
                                                   std::vector<double>* norms = nullptr) {
   auto layers = BuildLayers(model, 0, model.num_layers(), torch::kCPU);
@@ -41,12 +49,25 @@ std::vector<std::vector<torch::Tensor>> Reference(const Plan& plan, const ModelS
   const std::vector<torch::Tensor> params = ParametersOf(*layers);
   auto optimizer = MakeOptimizer(plan, model, params);
   DataSource data = DataSource::Open(model).value();
+  const bool mixed = plan.precision() != "fp32";
+  const int64_t pieces = mixed ? int64_t{plan.microbatches} * plan.replicas : 1;
+  const double loss_scale = plan.precision() == "fp16" ? LossScaler::ForFp16().scale() : 1.0;
   for (int step = 0; step < steps; ++step) {
     optimizer->zero_grad(true);
     Batch batch = data.GlobalBatch(step, plan.global_batch);
-    torch::Tensor x = batch.input;
-    for (auto& layer : *layers) x = layer->Forward(x);
-    LossOf(model, x, batch.target).backward();
+    const int64_t b = plan.global_batch / pieces;
+    for (int64_t i = 0; i < pieces; ++i) {
+      torch::Tensor x = batch.input.narrow(0, i * b, b);
+      {
+        const AutocastScope autocast(ComputeType(plan.precision()), torch::kCPU);
+        for (auto& layer : *layers) x = layer->Forward(x);
+      }
+      (LossOf(model, x, batch.target.narrow(0, i * b, b)) * (loss_scale / static_cast<double>(pieces))).backward();
+    }
+    ClearWeightCopies();
+    if (loss_scale != 1.0) {
+      for (const torch::Tensor& p : params) p.grad().div_(loss_scale);
+    }
     const double max_norm = model.training.clip_grad_norm > 0 ? model.training.clip_grad_norm : 1e30;
     const double norm = torch::nn::utils::clip_grad_norm_(params, max_norm);
     if (norms != nullptr) norms->push_back(norm);
@@ -203,6 +224,107 @@ TEST(NcclWireTest, TheDesignBeforeLanesWouldDeadlockOnNccl) {
     settings.posting = WirePosting::kAheadInSenderOrder;
     Expected<RunRecord> now = TrainInProcess(plan, model, settings);
     EXPECT_TRUE(now.ok()) << now.status().message();
+  }
+}
+
+// bf16 mixed precision: every schedule, K 1-4, remat on and off, M=4: the parameters after three
+// pipelined steps against one process running the same micro-batches under the same autocast
+// (Reference). Each micro-batch's arithmetic is the same in both, 16-bit products included; what
+// differs is the order of the fp32 sums (gradients accumulated over micro-batches, a zero-bubble W
+// pass, gradients summed over tied ranks), rounding at fp32's 2^-24: the largest difference over
+// every case here was 6e-8 (2026-12-06), and the bound is 1e-6. Running in fp32 instead lands
+// about 6e-5 off (MixedPrecisionTest.Bf16IsNotFp32 asserts more than ten times the bound), so a run
+// that ignored the plan's precision fails.
+constexpr double kBf16Tolerance = 1e-6;
+
+Plan InPrecision(Plan plan, const char* precision) {
+  plan.profile.dtype = precision;
+  return plan;
+}
+
+class MixedPrecisionTest : public ::testing::TestWithParam<std::tuple<ScheduleKind, int, bool>> {};
+
+TEST_P(MixedPrecisionTest, Bf16ParametersMatchOneProcessInBf16) {
+  const auto [schedule, ranks, remat] = GetParam();
+  const ModelSpec model = TinyGpt(/*blocks=*/6);
+  const Expected<Plan> plan = CasePlan({schedule, ranks, /*M=*/4, remat}, model, /*global_batch=*/8);
+  if (!plan.ok()) GTEST_SKIP() << plan.status().message();
+  ExpectMatchesOneProcess(InPrecision(*plan, "bf16"), model, kBf16Tolerance);
+}
+
+std::string PrecisionCaseName(const ::testing::TestParamInfo<std::tuple<ScheduleKind, int, bool>>& param) {
+  const auto [schedule, ranks, remat] = param.param;
+  return CaseName({{schedule, ranks, 4, remat}, param.index});
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchedules, MixedPrecisionTest,
+                         ::testing::Combine(::testing::ValuesIn(AllScheduleKinds()), ::testing::Values(1, 2, 3, 4),
+                                            ::testing::Bool()),
+                         PrecisionCaseName);
+
+// The tolerance above tells bf16 from fp32: the one process's bf16 and fp32 runs differ by more
+// than ten times it.
+TEST(MixedPrecisionTest, Bf16IsNotFp32) {
+  const ModelSpec model = TinyGpt(/*blocks=*/6);
+  const Plan plan = InPrecision(EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 2, 1, 4, 1, 8, false, Optimizer::kSgd), "bf16");
+  Plan in_fp32 = InPrecision(plan, "fp32");
+  const auto bf16 = Reference(plan, model, kSteps);
+  const auto fp32 = Reference(in_fp32, model, kSteps);
+  double most = 0;
+  for (size_t l = 0; l < fp32.size(); ++l) {
+    for (size_t i = 0; i < fp32[l].size(); ++i) most = std::max(most, (fp32[l][i] - bf16[l][i]).abs().max().item<double>());
+  }
+  EXPECT_GT(most, 10 * kBf16Tolerance);
+}
+
+// fp16 with its loss scale: the parameters of one process that scales its loss alike, and every
+// step's record says the scale it used.
+TEST(MixedPrecisionTest, Fp16MatchesOneProcessWithItsLossScale) {
+  const ModelSpec model = TinyGpt(/*blocks=*/2);
+  for (ScheduleKind schedule : {ScheduleKind::k1F1B, ScheduleKind::kZbH1}) {
+    SCOPED_TRACE(ScheduleName(schedule));
+    const Plan plan = InPrecision(EvenPlan(model.num_layers(), schedule, 2, 1, 4, 1, 8, false, Optimizer::kSgd), "fp16");
+    ExpectMatchesOneProcess(plan, model, kBf16Tolerance);
+  }
+}
+
+// An inf in one rank's gradients (an fp16 overflow, injected after step 1's backward) skips step 1
+// on every rank: after two steps each rank holds what it held after one, the record marks the step
+// skipped, and the scale is halved from the next step on.
+TEST(MixedPrecisionTest, AnInfOnOneRankSkipsTheStepOnEveryRank) {
+  const ModelSpec model = TinyGpt(/*blocks=*/2);
+  const Plan plan = InPrecision(EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 2, 1, 2, 1, 8, false, Optimizer::kSgd), "fp16");
+  RunSettings settings;
+  settings.steps = 1;
+  std::vector<RankOutcome> one_step;
+  ASSERT_TRUE(TrainInProcess(plan, model, settings, &one_step).ok());
+  for (int rank : {0, 1}) {
+    SCOPED_TRACE("inf on rank " + std::to_string(rank));
+    settings.steps = 3;
+    settings.inject_inf = std::pair{1, rank};
+    std::vector<RankOutcome> outcomes;
+    Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
+    ASSERT_TRUE(record.ok()) << record.status().message();
+    ASSERT_EQ(record->steps.size(), 3u);
+    EXPECT_FALSE(record->steps[0].skipped);
+    EXPECT_TRUE(record->steps[1].skipped);
+    EXPECT_FALSE(record->steps[2].skipped);
+    EXPECT_EQ(record->steps[0].loss_scale, 65536.0);
+    EXPECT_EQ(record->steps[1].loss_scale, 65536.0);
+    EXPECT_EQ(record->steps[2].loss_scale, 32768.0);
+    EXPECT_TRUE(std::isfinite(record->steps[2].loss));
+    // Two steps with the second skipped: what one step left, on both ranks.
+    settings.steps = 2;
+    outcomes.clear();
+    ASSERT_TRUE(TrainInProcess(plan, model, settings, &outcomes).ok());
+    for (const RankOutcome& o : outcomes) {
+      const auto same_rank = [&o](const RankOutcome& b) { return b.record.rank == o.record.rank; };
+      const RankOutcome& before = *std::find_if(one_step.begin(), one_step.end(), same_rank);
+      ASSERT_EQ(o.parameters.size(), before.parameters.size());
+      for (size_t i = 0; i < o.parameters.size(); ++i) {
+        EXPECT_TRUE(torch::equal(o.parameters[i], before.parameters[i])) << "rank " << o.record.rank << " parameter " << i;
+      }
+    }
   }
 }
 

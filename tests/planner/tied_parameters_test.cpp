@@ -82,7 +82,7 @@ Plan MakePlan(const Profile& profile, ScheduleKind schedule, int microbatches, c
 // Checks every rank's model state, parameter bytes and peak (simulator against the memory
 // model's walk) against the brute force.
 void ExpectRanksMatchBruteForce(const Plan& plan, const std::string& label) {
-  const double factor = StaticBytesPerParamByte(plan.optimizer);
+  const double factor = StaticBytesPerParamByte(plan.optimizer, plan.precision());
   Expected<Schedule> schedule = BuildSchedule(plan);
   ASSERT_TRUE(schedule.ok()) << label << ": " << schedule.status().message();
   Expected<CostModel> costs = BuildCostModel(plan);

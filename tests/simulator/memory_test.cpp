@@ -432,21 +432,35 @@ TEST(Memory, ASplitBackwardsIAndWArePricedFromTheirOwnMeasurements) {
   EXPECT_EQ(partly.Stage(2, 3, false).backward_weight_workspace_bytes, 50);
 }
 
-TEST(Memory, StaticBytesFollowTheOptimizer) {
+TEST(Memory, StaticBytesFollowTheOptimizerAndThePrecision) {
   Plan plan;
   plan.profile.layers = {LayerProfile{"a", 1, 2, std::nullopt, 100, 10, 1}, LayerProfile{"b", 1, 2, std::nullopt, 300, 10, 1}};
   plan.cluster.devices = 2;
   plan.cluster.device_memory_bytes = 1 << 20;
   plan.cluster.link = Link{1e9, 0};
   plan.stages = {StagePlan{0, 1, 0, false}, StagePlan{1, 2, 1, false}};
-  const std::pair<Optimizer, double> cases[] = {
-      {Optimizer::kSgd, 2}, {Optimizer::kMomentum, 3}, {Optimizer::kAdam, 4}, {Optimizer::kAdamMixed, 8}};
-  for (const auto& [optimizer, factor] : cases) {
-    plan.optimizer = optimizer;
+  // Per parameter, as the executor holds it: fp32 weights 4, fp32 gradients 4, the optimizer's fp32
+  // state (momentum 4, Adam 8) and, in 16 bits, autocast's copy of the weights 2. An fp32 profile
+  // counts 4 bytes a parameter, a 16-bit one 2.
+  struct Case {
+    const char* dtype;
+    Optimizer optimizer;
+    double bytes_per_parameter;
+  };
+  const Case cases[] = {{"fp32", Optimizer::kSgd, 8},       {"fp32", Optimizer::kMomentum, 12},
+                        {"fp32", Optimizer::kAdam, 16},     {"fp32", Optimizer::kAdamMixed, 16},
+                        {"bf16", Optimizer::kSgd, 10},      {"bf16", Optimizer::kMomentum, 14},
+                        {"bf16", Optimizer::kAdam, 18},     {"bf16", Optimizer::kAdamMixed, 18},
+                        {"fp16", Optimizer::kAdamMixed, 18}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.dtype) + " " + OptimizerName(c.optimizer));
+    plan.profile.dtype = c.dtype;
+    plan.optimizer = c.optimizer;
+    const double factor = c.bytes_per_parameter / BytesPerParameter(c.dtype);
     Expected<CostModel> costs = BuildCostModel(plan);
     ASSERT_TRUE(costs.ok());
-    EXPECT_EQ(costs->stages[0].static_bytes, 100 * factor);
-    EXPECT_EQ(costs->stages[1].static_bytes, 300 * factor);
+    EXPECT_DOUBLE_EQ(costs->stages[0].static_bytes, 100 * factor);
+    EXPECT_DOUBLE_EQ(costs->stages[1].static_bytes, 300 * factor);
   }
 }
 
