@@ -8,7 +8,8 @@ profiled, planned with K pinned (the rest the planner's), run for --steps with -
 reported: first and last training loss, the last evaluation loss, samples/s (median step after the
 first), each rank's peak memory predicted (the plan) and measured (the record).
 
-  python3 bench/train_on_tokens.py --out /tmp/tokens            # tiny GPT and GPT-2, K=1 and K=2
+  python3 bench/train_on_tokens.py --out /tmp/tokens            # tiny GPT and GPT-2, K=1 and K=2, fp32
+  python3 bench/train_on_tokens.py --precisions "fp32 bf16" --out /tmp/tokens-bf16
   python3 bench/train_on_tokens.py --models held-out-gpt --data megatron --out /tmp/tokens-held
 """
 import argparse
@@ -54,6 +55,7 @@ def main():
     parser.add_argument("--models", default="tiny-gpt gpt2")
     parser.add_argument("--data", choices=["tokens-file", "megatron"], default="tokens-file")
     parser.add_argument("--stages", default="1 2")
+    parser.add_argument("--precisions", default="fp32", help='e.g. "fp32 bf16": profiled and run in each')
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--out", required=True)
@@ -75,32 +77,33 @@ def main():
         model_path = os.path.join(args.out, name + ".json")
         with open(model_path, "w") as f:
             json.dump(model, f)
-        profile = os.path.join(args.out, name + "-profile.json")
-        sh([args.binary, "profile", "--model", model_path, "-o", profile])
-        for k in args.stages.split():
-            plan = os.path.join(args.out, f"{name}-k{k}-plan.json")
-            sh([args.binary, "plan", "--profile", profile, "--cluster", os.path.join(SOURCE, "profiles", "clusters", "cpu-2.json"),
-                "--global-batch", str(args.batch), "--stages", k, "--replicas", "1", "-o", plan, "-q"])
-            run = os.path.join(args.out, f"{name}-k{k}-run.json")
-            sh([args.binary, "run", plan, "--model", model_path, "--steps", str(args.steps), "--eval-every", "50",
-                "--eval-batches", "4", "--record", run])
-            with open(plan) as f:
-                p = json.load(f)
-            with open(run) as f:
-                r = json.load(f)
-            predicted = [s["peak_memory_bytes"] for s in p["prediction"]["ranks"]] if "prediction" in p else []
-            measured = [rank["peak_memory_bytes"] for rank in r["ranks"]]
-            evals = [s["eval_loss"] for s in r["steps"] if "eval_loss" in s]
-            rows.append({"model": name, "K": int(k), "schedule": p["schedule"], "M": p["microbatches"],
-                         "first_loss": r["steps"][0]["loss"], "last_loss": r["steps"][-1]["loss"],
-                         "eval_loss": evals[-1], "samples_per_s": r["throughput_samples_per_s"],
-                         "peak_predicted_mib": [x / 2**20 for x in predicted],
-                         "peak_measured_mib": [x / 2**20 for x in measured]})
-            row = rows[-1]
-            print(f"{name:13s} K={k} {row['schedule']:8s} M={row['M']:<2d} loss {row['first_loss']:.3f} -> {row['last_loss']:.3f}"
-                  f"  eval {row['eval_loss']:.3f}  {row['samples_per_s']:.1f} samples/s  peak MiB predicted "
-                  f"{', '.join(f'{x:.1f}' for x in row['peak_predicted_mib'])} measured "
-                  f"{', '.join(f'{x:.1f}' for x in row['peak_measured_mib'])}", flush=True)
+        for precision in args.precisions.split():
+            profile = os.path.join(args.out, f"{name}-{precision}-profile.json")
+            sh([args.binary, "profile", "--model", model_path, "--precision", precision, "-o", profile])
+            for k in args.stages.split():
+                plan = os.path.join(args.out, f"{name}-{precision}-k{k}-plan.json")
+                sh([args.binary, "plan", "--profile", profile, "--cluster", os.path.join(SOURCE, "profiles", "clusters", "cpu-2.json"),
+                    "--global-batch", str(args.batch), "--stages", k, "--replicas", "1", "-o", plan, "-q"])
+                run = os.path.join(args.out, f"{name}-{precision}-k{k}-run.json")
+                sh([args.binary, "run", plan, "--model", model_path, "--steps", str(args.steps), "--eval-every", "50",
+                    "--eval-batches", "4", "--record", run])
+                with open(plan) as f:
+                    p = json.load(f)
+                with open(run) as f:
+                    r = json.load(f)
+                predicted = [s["peak_memory_bytes"] for s in p["prediction"]["ranks"]] if "prediction" in p else []
+                measured = [rank["peak_memory_bytes"] for rank in r["ranks"]]
+                evals = [s["eval_loss"] for s in r["steps"] if "eval_loss" in s]
+                rows.append({"model": name, "precision": precision, "K": int(k), "schedule": p["schedule"], "M": p["microbatches"],
+                             "first_loss": r["steps"][0]["loss"], "last_loss": r["steps"][-1]["loss"],
+                             "eval_loss": evals[-1], "samples_per_s": r["throughput_samples_per_s"],
+                             "peak_predicted_mib": [x / 2**20 for x in predicted],
+                             "peak_measured_mib": [x / 2**20 for x in measured]})
+                row = rows[-1]
+                print(f"{name:13s} {precision} K={k} {row['schedule']:8s} M={row['M']:<2d} loss {row['first_loss']:.3f} -> {row['last_loss']:.3f}"
+                      f"  eval {row['eval_loss']:.3f}  {row['samples_per_s']:.1f} samples/s  peak MiB predicted "
+                      f"{', '.join(f'{x:.1f}' for x in row['peak_predicted_mib'])} measured "
+                      f"{', '.join(f'{x:.1f}' for x in row['peak_measured_mib'])}", flush=True)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(rows, f, indent=1)
 

@@ -80,6 +80,9 @@ class RunCommand : public Command {
         "    gpipe-plan run PLAN.json --model models/examples/gpt2-tokens.json --steps 300 --eval-every 50 --eval-batches 4\n"
         "  a model written in Python (\"python\": \"file.py:build\", traced once before the ranks start):\n"
         "    gpipe-plan run gpt2-plan.json --model models/examples/gpt2.json --steps 5\n"
+        "  in bf16 mixed precision: a plan made from a `profile --precision bf16` profile runs in bf16:\n"
+        "    gpipe-plan profile --model M --precision bf16 -o p.json; gpipe-plan plan --profile p.json ... -o plan.json\n"
+        "    gpipe-plan run plan.json --model M --steps 300\n"
         "  check a plan under NCCL's rules on the CPU before a GPU run:\n"
         "    gpipe-plan run PLAN.json --model models/tiny-gpt.json --in-process --wire nccl --steps 2\n"
         "  two machines: gpipe-plan run PLAN.json --model M --nnodes 2 --node-rank 0|1 --master-addr HOST --master-port 29500\n"
@@ -87,7 +90,9 @@ class RunCommand : public Command {
         "One process per rank (K x D of the plan), Gloo on CPU, NCCL on GPUs. A progress line per step shows\n"
         "the loss, learning rate, gradient norm, evaluation loss (when evaluated), samples/s and time left; the\n"
         "record holds them and every rank's action times and peak memory. The optimizer's settings, schedule\n"
-        "and clipping are the model file's \"training\" section (docs/formats.md).");
+        "and clipping are the model file's \"training\" section (docs/formats.md). The plan's precision (its\n"
+        "profile's dtype) is what the layers compute in: bf16 and fp16 under autocast with fp32 weights, gradients\n"
+        "and optimizer state; fp16 with a dynamic loss scale, a step with inf/nan gradients skipped on every rank.");
   }
 
   int Run(std::ostream& out, std::ostream& err) override {

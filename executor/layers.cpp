@@ -27,6 +27,15 @@ struct EmbeddingImpl : nn::Module {
   nn::Embedding positions;
 };
 
+// x times the linear layer's weight (plus its bias) through at::linear on the weight itself.
+// LibTorch's nn::Linear computes addmm(bias, x, weight.t()) (or a matmul with weight.t()), and
+// under autocast that casts the view weight.t(), which autocast does not cache: every forward made
+// a 16-bit copy of the weight of its own, kept by each micro-batch until its backward (the tiny
+// GPT's blocks kept 96 KiB each in bf16 on top of their activations).
+torch::Tensor LinearOf(const nn::Linear& linear, const torch::Tensor& x) {
+  return torch::linear(x, linear->weight, linear->bias);
+}
+
 // Pre-norm block: x + proj(attention(ln1(x))), then x + fc2(gelu(fc1(ln2(x)))).
 struct TransformerBlockImpl : nn::Module {
   TransformerBlockImpl(int64_t dim, int64_t num_heads, int64_t mlp_ratio, double dropout_p, bool is_causal)
@@ -40,12 +49,12 @@ struct TransformerBlockImpl : nn::Module {
 
   torch::Tensor forward(const torch::Tensor& x) {
     const int64_t b = x.size(0), s = x.size(1), d = x.size(2);
-    torch::Tensor qkv_out = qkv(ln1(x)).view({b, s, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
+    torch::Tensor qkv_out = LinearOf(qkv, ln1(x)).view({b, s, 3, heads, d / heads}).permute({2, 0, 3, 1, 4});
     const double p = is_training() ? dropout : 0.0;
     torch::Tensor attn = at::scaled_dot_product_attention(qkv_out[0], qkv_out[1], qkv_out[2], {}, p, causal);
     attn = attn.transpose(1, 2).reshape({b, s, d});
-    torch::Tensor h = x + F::dropout(proj(attn), F::DropoutFuncOptions().p(dropout).training(is_training()));
-    torch::Tensor m = fc2(torch::gelu(fc1(ln2(h))));
+    torch::Tensor h = x + F::dropout(LinearOf(proj, attn), F::DropoutFuncOptions().p(dropout).training(is_training()));
+    torch::Tensor m = LinearOf(fc2, torch::gelu(LinearOf(fc1, ln2(h))));
     return h + F::dropout(m, F::DropoutFuncOptions().p(dropout).training(is_training()));
   }
 
@@ -62,7 +71,7 @@ struct LmHeadImpl : nn::Module {
   LmHeadImpl(int64_t dim, int64_t vocab)
       : norm(register_module("norm", nn::LayerNorm(nn::LayerNormOptions({dim})))),
         out(register_module("out", nn::Linear(nn::LinearOptions(dim, vocab).bias(false)))) {}
-  torch::Tensor forward(const torch::Tensor& x) { return out(norm(x)); }
+  torch::Tensor forward(const torch::Tensor& x) { return LinearOf(out, norm(x)); }
   nn::LayerNorm norm;
   nn::Linear out;
 };
@@ -124,7 +133,10 @@ TORCH_MODULE(ConvBlock);
 std::unique_ptr<Layer> BuildNative(const LayerSpec& s) {
   switch (s.type) {
     case LayerType::kEmbedding: return Wrap(s.name, Embedding(s.vocab, s.dim, s.max_seq));
-    case LayerType::kLinear: return Wrap(s.name, nn::Linear(nn::LinearOptions(s.in, s.out).bias(s.bias)));
+    case LayerType::kLinear: {
+      nn::Linear linear(nn::LinearOptions(s.in, s.out).bias(s.bias));
+      return std::make_unique<NativeLayer>(s.name, linear.ptr(), [linear](const torch::Tensor& x) { return LinearOf(linear, x); });
+    }
     case LayerType::kActivation:
       if (s.function == "gelu") return Function(s.name, [](const torch::Tensor& x) { return torch::gelu(x); });
       if (s.function == "tanh") return Function(s.name, [](const torch::Tensor& x) { return torch::tanh(x); });

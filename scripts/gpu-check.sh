@@ -3,7 +3,7 @@
 # against that machine's torch (Release, Ninja, gpipe-plan and executor_tests), runs the executor
 # tests that accept a CUDA device, probes the links when there are two GPUs or more, then for the
 # tiny GPT and a transformer with hundreds of MB of activations (models/gpt-768-gpu.json) profiles
-# on cuda, plans K=1 and K=2, runs K=1 over real NCCL (one rank) and K=2 with both stages on one
+# on cuda (the transformer in fp32 and in bf16 mixed precision, `profile --precision bf16`), plans K=1 and K=2, runs K=1 over real NCCL (one rank) and K=2 with both stages on one
 # GPU over the NCCL-faithful in-process wire, and compares. Prints ONE table at the end, one row per
 # check; exits 1 if any check failed (the table is printed either way), 2 without a GPU.
 # Meant to finish in under 8 minutes: every stage runs under `timeout`, within one overall deadline.
@@ -24,8 +24,9 @@ BUILD_DIR=${BUILD_DIR:-build-gpu}
 STEPS=${STEPS:-6}                   # training steps per run (compare drops the first)
 DEADLINE_S=${DEADLINE_S:-470}       # the whole script, build included
 DEPS=${DEPS:-.deps/gpu}             # a --pack-deps folder, used when present
-# model:global batch:micro-batches (micro-batch size = batch / micro-batches), as gpu-first-run.sh
-SPECS=(tiny-gpt:64:4 gpt-768-gpu:32:4)
+# model:global batch:micro-batches:precision (micro-batch size = batch / micro-batches), as
+# gpu-first-run.sh; bf16 runs under autocast with fp32 master weights (docs/executor.md).
+SPECS=(gpt-768-gpu:32:4:fp32 gpt-768-gpu:32:4:bf16 tiny-gpt:64:4:fp32)  # most telling first, should time run short
 
 if [ "${1:-}" = "--pack-deps" ]; then
   dir=${2:?"usage: $0 --pack-deps DIR (e.g. .deps/gpu, then carry it)"}
@@ -172,15 +173,16 @@ EOF
 
 # Profile, plan, run, compare.
 for spec in "${SPECS[@]}"; do
-  IFS=: read -r model batch m <<<"$spec"
-  if ! stage "$model-profile" 75 "$BIN" profile --model "models/$model.json" --device cuda \
-         --microbatch-size $((batch / m)) --warmup 2 --repeats 10 -o "$OUT/$model-profile.json"; then
-    row "$model profile (cuda)" FAIL "" "" "" "" "" "" "$(last_line "$model-profile")"
+  IFS=: read -r model batch m precision <<<"$spec"
+  name="$model-$precision"
+  if ! stage "$name-profile" 75 "$BIN" profile --model "models/$model.json" --device cuda --precision "$precision" \
+         --microbatch-size $((batch / m)) --warmup 2 --repeats 10 -o "$OUT/$name-profile.json"; then
+    row "$model $precision profile (cuda)" FAIL "" "" "" "" "" "" "$(last_line "$name-profile")"
     continue
   fi
-  row "$model profile (cuda)" ok "" "" "" "" "" "" "micro-batch $((batch / m))"
+  row "$model $precision profile (cuda)" ok "" "" "" "" "" "" "micro-batch $((batch / m))"
   for k in 1 2; do
-    what="$model K=$k M=$m"
+    what="$model $precision K=$k M=$m"
     if [ "$k" -eq 1 ]; then
       how=(--device cuda)
       what="$what nccl"
@@ -188,24 +190,24 @@ for spec in "${SPECS[@]}"; do
       how=(--in-process --wire nccl --device cuda)
       what="$what in-proc nccl"
     fi
-    if ! stage "$model-k$k-plan" 30 "$BIN" plan --profile "$OUT/$model-profile.json" --cluster "$OUT/cluster.json" \
+    if ! stage "$name-k$k-plan" 30 "$BIN" plan --profile "$OUT/$name-profile.json" --cluster "$OUT/cluster.json" \
            --devices "$k" --global-batch "$batch" --stages "$k" --replicas 1 --microbatches "$m" -q \
-           -o "$OUT/$model-k$k-plan.json"; then
-      row "$what" FAIL "" "" "" "" "" "" "plan: $(last_line "$model-k$k-plan")"
+           -o "$OUT/$name-k$k-plan.json"; then
+      row "$what" FAIL "" "" "" "" "" "" "plan: $(last_line "$name-k$k-plan")"
       continue
     fi
-    if ! stage "$model-k$k-run" 60 "$BIN" run "$OUT/$model-k$k-plan.json" --model "models/$model.json" "${how[@]}" \
-           --steps "$STEPS" --timeout 45 --record "$OUT/$model-k$k-run.json"; then
-      row "$what" FAIL "" "" "" "" "" "" "run: $(last_line "$model-k$k-run")"
+    if ! stage "$name-k$k-run" 60 "$BIN" run "$OUT/$name-k$k-plan.json" --model "models/$model.json" "${how[@]}" \
+           --steps "$STEPS" --timeout 45 --record "$OUT/$name-k$k-run.json"; then
+      row "$what" FAIL "" "" "" "" "" "" "run: $(last_line "$name-k$k-run")"
       continue
     fi
     # The JSON alone on stdout; what compare says on stderr goes to the .txt.
-    if ! timeout "$(budget 20)" "$BIN" compare "$OUT/$model-k$k-plan.json" "$OUT/$model-k$k-run.json" --json \
-           >"$OUT/$model-k$k-compare.json" 2>"$OUT/$model-k$k-compare.txt"; then
-      row "$what" FAIL "" "" "" "" "" "" "compare: $(last_line "$model-k$k-compare")"
+    if ! timeout "$(budget 20)" "$BIN" compare "$OUT/$name-k$k-plan.json" "$OUT/$name-k$k-run.json" --json \
+           >"$OUT/$name-k$k-compare.json" 2>"$OUT/$name-k$k-compare.txt"; then
+      row "$what" FAIL "" "" "" "" "" "" "compare: $(last_line "$name-k$k-compare")"
       continue
     fi
-    if figures=$(python3 - "$OUT/$model-k$k-compare.json" <<'EOF'
+    if figures=$(python3 - "$OUT/$name-k$k-compare.json" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
 ranks = c.get("ranks", [{}])
@@ -218,7 +220,7 @@ EOF
       IFS='|' read -r pred meas err pp pm sps <<<"$figures"
       row "$what" ok "$pred" "$meas" "$err" "$pp" "$pm" "$sps" "$STEPS steps"
     else
-      row "$what" FAIL "" "" "" "" "" "" "unreadable compare JSON ($OUT/$model-k$k-compare.json)"
+      row "$what" FAIL "" "" "" "" "" "" "unreadable compare JSON ($OUT/$name-k$k-compare.json)"
     fi
   done
 done
