@@ -352,6 +352,10 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       }
       meter.ResetPeak();
       runner.FinishStep();
+      // Before the sums between tied ranks and replicas, as an overflow in the backward would be.
+      if (options.inject_inf && options.inject_inf->first == step && options.inject_inf->second == comm.rank()) {
+        InjectInf(params);
+      }
       double loss = runner.StepLoss();
       SumSharedGradients(comm, *shared);
       if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss, options.device);
@@ -359,9 +363,6 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       std::optional<double> grad_norm;
       const double used_scale = scaler.scale();
       bool skipped = false;
-      if (options.inject_inf && options.inject_inf->first == step && options.inject_inf->second == comm.rank()) {
-        InjectInf(params);
-      }
       if (clips || scaler.dynamic()) {
         double squared = GlobalSquaredGradNorm(comm, params, *shared, replica, options.device);
         // Every rank has the same sum, so every rank reaches the same verdict and the same scale.

@@ -288,22 +288,27 @@ TEST(MixedPrecisionTest, Fp16MatchesOneProcessWithItsLossScale) {
   }
 }
 
-// An inf in one rank's gradients (an fp16 overflow, injected after step 1's backward) skips step 1
-// on every rank: after two steps each rank holds what it held after one, the record marks the step
-// skipped, and the scale is halved from the next step on.
+// An inf in one rank's gradients (an fp16 overflow, injected after step 1's backward, before the
+// sums between replicas) skips step 1 on every rank: after two steps each rank holds what it held
+// after one, the record marks the step skipped, and the scale is halved from the next step on.
+// One pipeline (the inf on either rank) and two replicas (on the second replica's last rank).
 TEST(MixedPrecisionTest, AnInfOnOneRankSkipsTheStepOnEveryRank) {
   const ModelSpec model = TinyGpt(/*blocks=*/2);
-  const Plan plan = InPrecision(EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 2, 1, 2, 1, 8, false, Optimizer::kSgd), "fp16");
-  RunSettings settings;
-  settings.steps = 1;
-  std::vector<RankOutcome> one_step;
-  ASSERT_TRUE(TrainInProcess(plan, model, settings, &one_step).ok());
-  for (int rank : {0, 1}) {
-    SCOPED_TRACE("inf on rank " + std::to_string(rank));
+  struct Inf {
+    int replicas;
+    int rank;
+  };
+  for (const Inf& c : {Inf{1, 0}, Inf{1, 1}, Inf{2, 3}}) {
+    SCOPED_TRACE("D=" + std::to_string(c.replicas) + ", inf on rank " + std::to_string(c.rank));
+    const Plan plan = InPrecision(
+        EvenPlan(model.num_layers(), ScheduleKind::k1F1B, 2, 1, 2, c.replicas, 8 * c.replicas, false, Optimizer::kSgd), "fp16");
+    RunSettings settings;
+    settings.steps = 1;
+    std::vector<RankOutcome> one_step;
+    ASSERT_TRUE(TrainInProcess(plan, model, settings, &one_step).ok());
     settings.steps = 3;
-    settings.inject_inf = std::pair{1, rank};
-    std::vector<RankOutcome> outcomes;
-    Expected<RunRecord> record = TrainInProcess(plan, model, settings, &outcomes);
+    settings.inject_inf = std::pair{1, c.rank};
+    Expected<RunRecord> record = TrainInProcess(plan, model, settings);
     ASSERT_TRUE(record.ok()) << record.status().message();
     ASSERT_EQ(record->steps.size(), 3u);
     EXPECT_FALSE(record->steps[0].skipped);
@@ -313,10 +318,11 @@ TEST(MixedPrecisionTest, AnInfOnOneRankSkipsTheStepOnEveryRank) {
     EXPECT_EQ(record->steps[1].loss_scale, 65536.0);
     EXPECT_EQ(record->steps[2].loss_scale, 32768.0);
     EXPECT_TRUE(std::isfinite(record->steps[2].loss));
-    // Two steps with the second skipped: what one step left, on both ranks.
+    // Two steps with the second skipped: what one step left, on every rank.
     settings.steps = 2;
-    outcomes.clear();
+    std::vector<RankOutcome> outcomes;
     ASSERT_TRUE(TrainInProcess(plan, model, settings, &outcomes).ok());
+    ASSERT_EQ(outcomes.size(), one_step.size());
     for (const RankOutcome& o : outcomes) {
       const auto same_rank = [&o](const RankOutcome& b) { return b.record.rank == o.record.rank; };
       const RankOutcome& before = *std::find_if(one_step.begin(), one_step.end(), same_rank);
