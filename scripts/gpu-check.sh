@@ -17,8 +17,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
 # The executor tests that accept a CUDA device (they read GPIPE_TEST_DEVICE=cuda): a gtest filter.
-# A filter that matches no test is a failed check, not a pass.
-TEST_FILTER=${TEST_FILTER:-'*Nccl*:*K1*'}
+# A filter that matches no test is a failed check, not a pass. The bf16/fp16 equivalence cases are
+# left out: their one-process reference computes on the CPU, whose 16-bit products round otherwise
+# than cuBLAS's; bf16 on the GPU is checked by the profile/plan/run/compare rows below.
+TEST_FILTER=${TEST_FILTER:-'*Nccl*:*K1*:-*MixedPrecision*'}
 OUT=${1:-/tmp/gpipe-gpu-check}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 STEPS=${STEPS:-6}                   # training steps per run (compare drops the first)
