@@ -1,5 +1,4 @@
 // gpipe-plan plan: the fastest plan that fits, with the alternatives and, when nothing fits, why.
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <iostream>
@@ -12,7 +11,6 @@
 #include "core/files.h"
 #include "core/plan.h"
 #include "core/schedule/validate.h"
-#include "core/suggest.h"
 #include "core/units.h"
 #include "planner/infeasible.h"
 #include "planner/report.h"
@@ -45,7 +43,8 @@ class PlanCommand : public Command {
     app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
     app.add_option("--precision", precision_,
                    "fp32, bf16 or fp16: what the layers compute in (weights, gradients and optimizer state stay fp32); "
-                   "default and only choice: the profile's dtype, as `profile --precision` measured it");
+                   "default and only choice: the profile's dtype, as `profile --precision` measured it")
+        ->check(CLI::IsMember(Precisions()));
     app.add_flag("--oversubscribe", oversubscribe_,
                  "Also search layouts with more ranks on a node than it computes at once (a CPU profile's cores "
                  "over threads per rank); left out by default unless K and D are both pinned, as their "
@@ -171,16 +170,12 @@ class PlanCommand : public Command {
       if (!placement.ok()) return placement.status().WithContext("--placement").AsUsage();
       request.placement = *placement;
     }
-    if (precision_ && *precision_ != request.profile.dtype) {
-      const std::vector<std::string>& known = Precisions();
-      if (std::find(known.begin(), known.end(), *precision_) == known.end()) {
-        return Status::Usage("--precision: unknown precision \"" + *precision_ + "\"; known: " +
-                             ChoicesAndSuggestion(*precision_, known));
+    if (precision_) {
+      const Status checked = CheckPrecision(*precision_, request.profile.dtype, profile_path_);
+      if (!checked.ok()) {
+        return Status::Invalid(checked.message() + ", or leave --precision out to plan in " + request.profile.dtype)
+            .WithContext("--precision " + *precision_);
       }
-      return Status::Invalid("--precision " + *precision_ + ": " + profile_path_ + " was measured in " +
-                             request.profile.dtype + " (its dtype), and a plan is priced by a profile of the precision "
-                             "it runs in; measure one with `gpipe-plan profile --precision " + *precision_ +
-                             "`, or leave --precision out to plan in " + request.profile.dtype);
     }
     request.optimizer = DefaultOptimizer(request.profile);
     if (optimizer_) {

@@ -35,7 +35,7 @@ class ProfileCommand : public Command {
     app.add_option("--precision", precision_,
                    "fp32, or bf16 / fp16: the layers measured under autocast, as `run` executes a plan of that "
                    "precision (weights, gradients and optimizer state fp32); recorded as the profile's dtype")
-        ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
+        ->check(CLI::IsMember(Precisions()));
     app.add_option("--threads", threads_, "Intra-op threads, as each rank will have (run --threads-per-rank)")
         ->check(CLI::Range(1, 1024));
     app.add_option("--warmup", warmup_, "Unmeasured runs before measuring")->check(CLI::Range(0, 1000));

@@ -177,12 +177,15 @@ Expected<Optimizer> ParseOptimizer(const std::string& name) {
   return ParseName(kOptimizerNames, name, "optimizer");
 }
 
-const std::vector<std::string>& Precisions() {
-  static const std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
-  return precisions;
+Status CheckPrecision(const std::string& precision, const std::string& dtype, const std::string& profile_name) {
+  if (precision == dtype) return Status::Ok();
+  const std::vector<std::string>& known = Precisions();
+  if (std::find(known.begin(), known.end(), precision) == known.end()) {
+    return Status::Invalid("unknown precision \"" + precision + "\"; known: " + ChoicesAndSuggestion(precision, known));
+  }
+  return Status::Invalid(profile_name + " was measured in " + dtype + " (its dtype), and a plan is priced by a profile of "
+                         "the precision it runs in: measure one with `gpipe-plan profile --precision " + precision + "`");
 }
-
-int BytesPerParameter(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
 
 double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype) {
   double state = 0.0;  // fp32 bytes of optimizer state per parameter
@@ -284,13 +287,10 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
   }
   if (r.Has("precision")) {
     const std::string precision = r.String("precision");
-    if (r.status().ok() && precision != plan.profile.dtype) {
-      const std::vector<std::string>& known = Precisions();
-      r.Fail("precision", std::find(known.begin(), known.end(), precision) == known.end()
-                              ? "unknown precision \"" + precision + "\"; known: " + ChoicesAndSuggestion(precision, known)
-                              : "is \"" + precision + "\" but the plan's profile was measured in " + plan.profile.dtype +
-                                    " (profile.dtype); a plan is priced by a profile of its own precision: "
-                                    "`gpipe-plan profile --precision " + precision + "`, then plan again");
+    if (r.status().ok()) {
+      const Status checked = CheckPrecision(precision, plan.profile.dtype,
+                                            plan.profile_path.empty() ? "the plan's profile" : plan.profile_path);
+      if (!checked.ok()) r.Fail("precision", checked.message());
     }
   }
   const nlohmann::json* stages = r.Array("stages");

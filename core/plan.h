@@ -42,10 +42,10 @@ Expected<Optimizer> ParseOptimizer(const std::string& name);
 double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype);
 /// adam for fp32 profiles, adam-mixed for 16-bit ones.
 Optimizer DefaultOptimizer(const Profile& profile);
-/// The precisions a plan may compute in: "fp32", "bf16", "fp16".
-const std::vector<std::string>& Precisions();
-/// Bytes of one parameter as a profile of `dtype` counts it: 4 for fp32, 2 for bf16 and fp16.
-int BytesPerParameter(const std::string& dtype);
+/// Ok when `precision` is the profile's `dtype` (a plan is priced by a profile measured as it runs);
+/// else one line: an unknown precision with the known ones, or `profile_name` (a path, or "the
+/// plan's profile") measured in another dtype and the command that profiles in `precision`.
+Status CheckPrecision(const std::string& precision, const std::string& dtype, const std::string& profile_name);
 
 /// Where replica d's rank r runs, for D > 1: pipeline-major puts each pipeline on consecutive
 /// devices (device d*K + r: stage boundaries stay inside a node, all-reduces cross nodes);

@@ -125,6 +125,13 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
 
 }  // namespace
 
+const std::vector<std::string>& Precisions() {
+  static const std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
+  return precisions;
+}
+
+int BytesPerParameter(const std::string& dtype) { return dtype == "fp32" ? 4 : 2; }
+
 Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string& where) {
   GPIPE_RETURN_IF_ERROR(CheckFormat(json, where, kProfileFormat));
   ObjectReader r(json, where);
@@ -134,10 +141,9 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
   profile.device = r.String("device");
   profile.microbatch_size = r.Integer("microbatch_size", 1);
   profile.dtype = r.OptionalString("dtype", "fp32");
-  if (r.status().ok() && profile.dtype != "fp32" && profile.dtype != "bf16" &&
-      profile.dtype != "fp16") {
-    r.Fail("dtype", "unknown dtype \"" + profile.dtype + "\"; known: " +
-                        ChoicesAndSuggestion(profile.dtype, {"fp32", "bf16", "fp16"}));
+  const std::vector<std::string>& precisions = Precisions();
+  if (r.status().ok() && std::find(precisions.begin(), precisions.end(), profile.dtype) == precisions.end()) {
+    r.Fail("dtype", "unknown dtype \"" + profile.dtype + "\"; known: " + ChoicesAndSuggestion(profile.dtype, precisions));
   }
   profile.input_bytes = r.OptionalBytes("input_bytes", 0);
   profile.rng_state_bytes = r.OptionalBytes("rng_state_bytes", 0);

@@ -129,6 +129,11 @@ struct TiedParameter {
   std::string name;
 };
 
+/// The precisions a profile is measured in and a plan computes in: "fp32", "bf16", "fp16".
+const std::vector<std::string>& Precisions();
+/// Bytes of one parameter as a profile of `dtype` counts it: 4 for fp32, 2 for bf16 and fp16.
+int BytesPerParameter(const std::string& dtype);
+
 struct Profile {
   std::string model;
   std::string device;

@@ -252,6 +252,10 @@ const Row kRows[] = {
      "plan.json.placement: unknown placement \"pipeline_major\"; known: pipeline-major, replica-major; did you mean \"pipeline-major\"?"},
     {L, "/optimizer", "\"adamw\"",
      "plan.json.optimizer: unknown optimizer \"adamw\"; known: sgd, momentum, adam, adam-mixed; did you mean \"adam\"?"},
+    {L, "/precision", "\"bf16\"",
+     "plan.json.precision: the plan's profile was measured in fp32 (its dtype), and a plan is priced by a profile of the "
+     "precision it runs in: measure one with `gpipe-plan profile --precision bf16`"},
+    {L, "/precision", "\"bf8\"", "plan.json.precision: unknown precision \"bf8\"; known: fp32, bf16, fp16; did you mean \"bf16\"?"},
     {L, "/profile", "\"../tiny-gpt-cpu.json\"",
      "plan.json.stages: the stages end at layer 3 but the profile has 6 layers; the last stage must end at 6"},
     {L, "/profile", "\"../no-such-profile.json\"",
