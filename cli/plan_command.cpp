@@ -40,6 +40,13 @@ class PlanCommand : public Command {
                    "layer: a stage recomputes the fewest of its first layers that make it fit, only where memory "
                    "demands it), stages (a stage recomputes all its layers or none), on (every stage, all), off");
     app.add_option("--placement", placement_, "Pin the placement: pipeline-major or replica-major");
+    app.add_option("--tensor-parallel", tensor_parallel_,
+                   "Pin t, the devices of a node that split each layer (Megatron-style; devices = t x K x D). "
+                   "Searched over the sizes the profile prices (its tensor_parallel_measurements) by default");
+    app.add_option("--sharded-optimizer", sharded_optimizer_,
+                   "ZeRO-1 (Megatron's distributed optimizer): the optimizer's state sharded over the D replicas. "
+                   "auto (default: on wherever D > 1, as it never slows a step and holds less), on, off")
+        ->check(CLI::IsMember({"auto", "on", "off"}));
     app.add_option("--optimizer", optimizer_, "sgd, momentum, adam, adam-mixed (default: by the profile's dtype)");
     app.add_option("--precision", precision_,
                    "fp32, bf16 or fp16: what the layers compute in (weights, gradients and optimizer state stay fp32); "
@@ -70,6 +77,9 @@ class PlanCommand : public Command {
         "      # stage 0 recomputes its first 2 layers, stage 1 its first (0r2, 1r1); --remat stages: 15% slower\n"
         "  gpipe-plan plan --profile P.json --cluster C.json --global-batch 512 --gap 0.01 --time-limit 10\n"
         "      # stop within 1% of the lower bound, or after 10 s with the gap reached so far\n"
+        "  gpipe-plan plan --profile profiles/gpt3-175b-a100-80gb.json --cluster profiles/clusters/a100-80gb-32.json \\\n"
+        "      --devices 1024 --global-batch 1536 --tensor-parallel 8 --stages 16\n"
+        "      # Megatron-LM's layout for GPT-3 175B on 1,024 A100s (tensor 8 x pipeline 16 x data 8)\n"
         "  gpipe-plan plan --profile bf16-profile.json --cluster C.json --global-batch 64 --precision bf16\n"
         "      # a profile made with `gpipe-plan profile --precision bf16`: the plan runs under bf16 autocast\n"
         "The plan written with -o runs through 'gpipe-plan simulate' as it is.");
@@ -153,6 +163,13 @@ class PlanCommand : public Command {
     GPIPE_RETURN_IF_ERROR(positive(replicas_, "--replicas"));
     GPIPE_RETURN_IF_ERROR(positive(microbatches_, "--microbatches"));
     GPIPE_RETURN_IF_ERROR(positive(chunks_, "--chunks"));
+    GPIPE_RETURN_IF_ERROR(positive(tensor_parallel_, "--tensor-parallel"));
+    if (tensor_parallel_) {
+      const Status fits = CheckTensorParallel(*tensor_parallel_, request.profile, request.cluster);
+      if (!fits.ok()) return fits.WithContext("--tensor-parallel " + std::to_string(*tensor_parallel_)).AsUsage();
+    }
+    request.tensor_parallel = tensor_parallel_;
+    if (sharded_optimizer_ != "auto") request.sharded_optimizer = sharded_optimizer_ == "on";
     request.ranks = stages_;
     request.replicas = replicas_;
     request.microbatches = microbatches_;
@@ -207,6 +224,7 @@ class PlanCommand : public Command {
       if (value) flags += std::string(" ") + flag + " " + std::to_string(*value);
     };
     add("--devices", devices_);
+    add("--tensor-parallel", tensor_parallel_);
     add("--stages", stages_);
     add("--replicas", replicas_);
     add("--microbatches", microbatches_);
@@ -221,7 +239,8 @@ class PlanCommand : public Command {
   int64_t max_nodes_ = 200'000;
   std::optional<double> time_limit_s_;
   double gap_ = 0;
-  std::optional<int> devices_, stages_, replicas_, microbatches_, chunks_;
+  std::optional<int> devices_, stages_, replicas_, microbatches_, chunks_, tensor_parallel_;
+  std::string sharded_optimizer_ = "auto";
   std::optional<std::string> memory_, schedule_, placement_, optimizer_, precision_;
   bool json_ = false;
   bool quiet_ = false;

@@ -98,6 +98,7 @@ class RunCommand : public Command {
   int Run(std::ostream& out, std::ostream& err) override {
     Expected<Plan> plan = LoadPlan(plan_path_);
     if (!plan.ok()) return Fail(err, "run", plan.status());
+    if (Status runs = CheckExecutorRuns(*plan, plan_path_); !runs.ok()) return Fail(err, "run", runs);
     Expected<ModelSpec> model = LoadModel(model_path_);
     if (!model.ok()) return Fail(err, "run", model.status());
     if (checkpoint_every_ > 0 && checkpoint_dir_.empty()) {

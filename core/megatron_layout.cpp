@@ -65,8 +65,15 @@ Expected<std::string> MegatronLayout(const Plan& plan) {
 Expected<std::string> MegatronFlags(const Plan& plan) {
   Expected<std::string> layout = MegatronLayout(plan);
   if (!layout.ok()) return layout.status();
-  return "--pipeline-model-parallel-size " + std::to_string(plan.num_ranks()) + " --pipeline-model-parallel-layout \"" +
-         *layout + "\"";
+  std::string flags;
+  if (plan.tensor_parallel > 1) {
+    // The profile's figures for t assume sequence parallelism (profiles/generate.py).
+    flags += "--tensor-model-parallel-size " + std::to_string(plan.tensor_parallel) + " --sequence-parallel ";
+  }
+  flags += "--pipeline-model-parallel-size " + std::to_string(plan.num_ranks()) + " --pipeline-model-parallel-layout \"" +
+           *layout + "\"";
+  if (plan.sharded_optimizer) flags += " --use-distributed-optimizer";
+  return flags;
 }
 
 }  // namespace gpipe

@@ -18,7 +18,9 @@ namespace gpipe {
 Expected<std::string> MegatronLayout(const Plan& plan);
 
 /// Megatron's flags for the plan: "--pipeline-model-parallel-size K --pipeline-model-parallel-layout
-/// \"...\"" (and --num-layers-per-virtual-pipeline-stage is left out: the layout implies it).
+/// \"...\"" (and --num-layers-per-virtual-pipeline-stage is left out: the layout implies it), led by
+/// "--tensor-model-parallel-size t --sequence-parallel" when t > 1 and followed by
+/// "--use-distributed-optimizer" with a sharded optimizer. Megatron takes D from the world size.
 Expected<std::string> MegatronFlags(const Plan& plan);
 
 }  // namespace gpipe

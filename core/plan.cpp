@@ -35,7 +35,8 @@ constexpr int64_t kMaxLayers = int64_t{1} << 24;
 
 const std::set<std::string> kKnownTop = {"format",       "profile",      "cluster",   "schedule",
                                          "microbatches", "global_batch", "replicas",  "placement",
-                                         "optimizer",    "precision",    "stages"};
+                                         "optimizer",    "precision",    "stages",    "tensor_parallel",
+                                         "sharded_optimizer"};
 
 constexpr NameTable<Placement, 2> kPlacementNames = {{
     {Placement::kPipelineMajor, "pipeline-major"},
@@ -187,7 +188,7 @@ Status CheckPrecision(const std::string& precision, const std::string& dtype, co
                          "the precision it runs in: measure one with `gpipe-plan profile --precision " + precision + "`");
 }
 
-double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype) {
+double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype, int optimizer_shards) {
   double state = 0.0;  // fp32 bytes of optimizer state per parameter
   switch (optimizer) {
     case Optimizer::kSgd: state = 0.0; break;
@@ -197,7 +198,7 @@ double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype) {
   }
   const int counted = BytesPerParameter(dtype);
   const double copy = counted < 4 ? counted : 0.0;  // autocast's 16-bit copy of the weights
-  return (4.0 + 4.0 + state + copy) / counted;
+  return (4.0 + 4.0 + state / std::max(1, optimizer_shards) + copy) / counted;
 }
 
 Optimizer DefaultOptimizer(const Profile& profile) {
@@ -217,11 +218,42 @@ std::vector<int> Plan::StageRanks() const {
   return ranks;
 }
 
-Status CheckDevicesFit(int ranks, int replicas, int devices) {
-  const int64_t needed = int64_t{ranks} * replicas;
+Status CheckDevicesFit(int ranks, int replicas, int devices, int tensor_parallel) {
+  const int64_t needed = int64_t{tensor_parallel} * ranks * replicas;
   if (needed <= devices) return Status::Ok();
+  if (tensor_parallel > 1) {
+    return Status::Invalid("t x K x D = " + std::to_string(tensor_parallel) + " x " + std::to_string(ranks) + " x " +
+                           std::to_string(replicas) + " = " + std::to_string(needed) +
+                           " devices is more than the cluster's " + std::to_string(devices));
+  }
   return Status::Invalid("K x D = " + std::to_string(ranks) + " ranks x " + std::to_string(replicas) + " replicas = " +
                          std::to_string(needed) + " devices is more than the cluster's " + std::to_string(devices));
+}
+
+Status CheckTensorParallel(int tensor_parallel, const Profile& profile, const Cluster& cluster) {
+  if (tensor_parallel < 1) {
+    return Status::Invalid("t (tensor parallelism) must be at least 1, got " + std::to_string(tensor_parallel));
+  }
+  if (tensor_parallel == 1 && profile.tensor_parallel == 1) return Status::Ok();
+  const std::vector<int> sizes = profile.TensorParallelSizes();
+  if (std::find(sizes.begin(), sizes.end(), tensor_parallel) == sizes.end()) {
+    std::string known;
+    for (int t : sizes) known += (known.empty() ? "" : ", ") + std::to_string(t);
+    if (profile.tensor_parallel > 1) {
+      return Status::Invalid("the profile is one device's share of a " + std::to_string(profile.tensor_parallel) +
+                             "-way tensor-parallel group, so t must be " + std::to_string(profile.tensor_parallel) +
+                             ", not " + std::to_string(tensor_parallel));
+    }
+    return Status::Invalid("t = " + std::to_string(tensor_parallel) + ": the profile prices tensor parallelism t in {" +
+                           known + "} only (its tensor_parallel_measurements; profiles/generate.py writes them for "
+                           "transformers; a measured profile plans with t = 1)");
+  }
+  const int per_node = cluster.devices_per_node.value_or(cluster.devices);
+  if (per_node % tensor_parallel != 0) {
+    return Status::Invalid("t = " + std::to_string(tensor_parallel) + " does not divide the " +
+                           std::to_string(per_node) + " devices of a node; a tensor-parallel group lies inside one node");
+  }
+  return Status::Ok();
 }
 
 Status CheckBatchSplit(int64_t global_batch, int replicas, int microbatches) {
@@ -232,7 +264,8 @@ Status CheckBatchSplit(int64_t global_batch, int replicas, int microbatches) {
                          " micro-batches of whole samples; use a multiple of " + std::to_string(per_step));
 }
 
-Status CheckPipelineShape(int64_t global_batch, int ranks, int replicas, int microbatches, int devices) {
+Status CheckPipelineShape(int64_t global_batch, int ranks, int replicas, int microbatches, int devices,
+                          int tensor_parallel) {
   const auto at_least_one = [](int64_t value, const char* what) {
     return value >= 1 ? Status::Ok()
                       : Status::Invalid(std::string(what) + " must be at least 1, got " + std::to_string(value));
@@ -241,15 +274,30 @@ Status CheckPipelineShape(int64_t global_batch, int ranks, int replicas, int mic
   GPIPE_RETURN_IF_ERROR(at_least_one(ranks, "K (ranks per pipeline)"));
   GPIPE_RETURN_IF_ERROR(at_least_one(replicas, "D (replicas)"));
   GPIPE_RETURN_IF_ERROR(at_least_one(microbatches, "M (micro-batches per replica)"));
-  if (devices > 0) GPIPE_RETURN_IF_ERROR(CheckDevicesFit(ranks, replicas, devices));
+  if (devices > 0) GPIPE_RETURN_IF_ERROR(CheckDevicesFit(ranks, replicas, devices, tensor_parallel));
   return CheckBatchSplit(global_batch, replicas, microbatches);
 }
 
 Status ValidatePlan(const Plan& plan, const std::string& where) {
   GPIPE_RETURN_IF_ERROR(ValidateStages(plan, where));
   GPIPE_RETURN_IF_ERROR(ValidateLayout(plan, where));
-  GPIPE_RETURN_IF_ERROR(CheckDevicesFit(plan.num_ranks(), plan.replicas, plan.cluster.devices).WithContext(where));
+  GPIPE_RETURN_IF_ERROR(
+      CheckTensorParallel(plan.tensor_parallel, plan.profile, plan.cluster).WithContext(where + ".tensor_parallel"));
+  if (plan.sharded_optimizer && plan.replicas < 2) {
+    return Status::Invalid(where + ".sharded_optimizer: shards the optimizer's state over the D replicas, and the plan "
+                           "has 1; drop it, or plan with D >= 2");
+  }
+  GPIPE_RETURN_IF_ERROR(
+      CheckDevicesFit(plan.num_ranks(), plan.replicas, plan.cluster.devices, plan.tensor_parallel).WithContext(where));
   return CheckBatchSplit(plan.global_batch, plan.replicas, plan.microbatches).WithContext(where + ".global_batch");
+}
+
+Status CheckExecutorRuns(const Plan& plan, const std::string& where) {
+  if (plan.tensor_parallel == 1) return Status::Ok();
+  return Status::Invalid(where + ": splits each layer over t = " + std::to_string(plan.tensor_parallel) +
+                         " devices (tensor parallelism), which gpipe-plan plans and simulates but does not run: "
+                         "the executor runs each rank on one device; plan with --tensor-parallel 1 for a plan it runs "
+                         "(docs/executor.md)");
 }
 
 Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where,
@@ -293,6 +341,8 @@ Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where
       if (!checked.ok()) r.Fail("precision", checked.message());
     }
   }
+  plan.tensor_parallel = static_cast<int>(r.OptionalInteger("tensor_parallel", 1, 1 << 16, plan.profile.tensor_parallel));
+  plan.sharded_optimizer = r.OptionalBool("sharded_optimizer", false);
   const nlohmann::json* stages = r.Array("stages");
   for (size_t i = 0; stages != nullptr && i < stages->size() && r.status().ok(); ++i) {
     ObjectReader s((*stages)[i], r.Where("stages") + "[" + std::to_string(i) + "]");
@@ -352,6 +402,8 @@ nlohmann::json PlanToJson(const Plan& plan) {
   json["placement"] = PlacementName(plan.placement);
   json["optimizer"] = OptimizerName(plan.optimizer);
   json["precision"] = plan.precision();
+  if (plan.tensor_parallel > 1) json["tensor_parallel"] = plan.tensor_parallel;
+  if (plan.sharded_optimizer) json["sharded_optimizer"] = true;
   nlohmann::json stages = nlohmann::json::array();
   for (const StagePlan& stage : plan.stages) {
     nlohmann::json entry = {{"layers", {stage.first_layer, stage.end_layer}},

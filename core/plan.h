@@ -39,7 +39,11 @@ Expected<Optimizer> ParseOptimizer(const std::string& name);
 /// autocast makes at a step's first forward and keeps until its end. fp32: sgd 2, momentum 3,
 /// adam 4. bf16 and fp16: sgd 5, momentum 7, adam and adam-mixed 9 (18 bytes per parameter:
 /// Megatron-LM's count with fp32 gradient accumulation; ZeRO's 16 and 2 for the 16-bit copy).
-double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype);
+/// With the optimizer sharded over `optimizer_shards` replicas (ZeRO-1, Megatron-LM's distributed
+/// optimizer; sharded_optimizer in a plan), each holds 1/`optimizer_shards` of the optimizer's state;
+/// the weights, their gradients and the 16-bit copy stay whole, as the executor holds them (the
+/// fp32 weights are what the layers compute from). Adam fp32 over 8 replicas: 2 + 8/8/4 = 2.25.
+double StaticBytesPerParamByte(Optimizer optimizer, const std::string& dtype, int optimizer_shards = 1);
 /// adam for fp32 profiles, adam-mixed for 16-bit ones.
 Optimizer DefaultOptimizer(const Profile& profile);
 /// Ok when `precision` is the profile's `dtype` (a plan is priced by a profile measured as it runs);
@@ -53,9 +57,11 @@ Status CheckPrecision(const std::string& precision, const std::string& dtype, co
 /// a node, stage boundaries cross nodes).
 enum class Placement { kPipelineMajor, kReplicaMajor };
 const char* PlacementName(Placement placement);
-/// The device of replica `replica`'s rank `rank`, for K = `ranks` and D = `replicas`.
-inline int DeviceOf(Placement placement, int ranks, int replicas, int replica, int rank) {
-  return placement == Placement::kPipelineMajor ? replica * ranks + rank : rank * replicas + replica;
+/// The device of replica `replica`'s rank `rank`, for K = `ranks` and D = `replicas`; with t-way
+/// tensor parallelism (`tensor_parallel` > 1) the first of the t consecutive devices, inside one
+/// node, that run it together (the placements order the groups as they order devices without t).
+inline int DeviceOf(Placement placement, int ranks, int replicas, int replica, int rank, int tensor_parallel = 1) {
+  return tensor_parallel * (placement == Placement::kPipelineMajor ? replica * ranks + rank : rank * replicas + replica);
 }
 Expected<Placement> ParsePlacement(const std::string& name);
 
@@ -95,6 +101,12 @@ struct Plan {
   int replicas = 1;
   Placement placement = Placement::kPipelineMajor;
   Optimizer optimizer = Optimizer::kAdam;
+  /// t: each rank of each replica runs on t devices of one node, its layers split Megatron-style
+  /// (the profile's tensor_parallel_measurements price them). Devices = t x K x D.
+  int tensor_parallel = 1;
+  /// ZeRO-1: the optimizer's state sharded over the D replicas, gradients reduce-scattered and
+  /// weights all-gathered in place of the all-reduce. REQUIRES D > 1.
+  bool sharded_optimizer = false;
   std::vector<StagePlan> stages;
   /// Fields this build does not interpret (e.g. a planner's "prediction"), kept on rewrite.
   nlohmann::json extra = nlohmann::json::object();
@@ -112,8 +124,10 @@ struct Plan {
   std::vector<int> StageRanks() const;
   /// The cluster device that runs rank `rank` of replica `replica`.
   int DeviceOf(int replica, int rank) const {
-    return gpipe::DeviceOf(placement, num_ranks(), replicas, replica, rank);
+    return gpipe::DeviceOf(placement, num_ranks(), replicas, replica, rank, tensor_parallel);
   }
+  /// Replicas over which the optimizer's state is sharded (1: not sharded).
+  int optimizer_shards() const { return sharded_optimizer ? replicas : 1; }
 };
 
 /// The shape checks every pipeline passes, wherever it comes from (a plan file, a search's pins, a
@@ -121,15 +135,24 @@ struct Plan {
 /// batch B in D x M micro-batches of whole samples. Errors name these quantities, never a
 /// command-line flag (the CLI adds the flags that set them). Status::Invalid when they fail.
 ///
-/// K x D at most `devices`, e.g. "K x D = 3 ranks x 2 replicas = 6 devices is more than the
-/// cluster's 4".
-Status CheckDevicesFit(int ranks, int replicas, int devices);
+/// t x K x D at most `devices`, e.g. "K x D = 3 ranks x 2 replicas = 6 devices is more than the
+/// cluster's 4" ("t x K x D = 8 x 3 x 2 = 48 devices ..." with tensor parallelism).
+Status CheckDevicesFit(int ranks, int replicas, int devices, int tensor_parallel = 1);
+/// t-way tensor parallelism fits `cluster` and `profile`: t is 1, or the profile prices it (its
+/// tensor_parallel_measurements, or a profile already at t) and t divides the devices of a node
+/// (of the cluster when it is one node), so that each group lies inside a node.
+Status CheckTensorParallel(int tensor_parallel, const Profile& profile, const Cluster& cluster);
 /// B splits into D x M micro-batches of whole samples, e.g. "the global batch 100 does not split
 /// into D x M = 3 x 4 micro-batches of whole samples; use a multiple of 12".
 Status CheckBatchSplit(int64_t global_batch, int replicas, int microbatches);
 /// B, K, D and M at least 1, then CheckDevicesFit (unless `devices` is 0: not known), then
 /// CheckBatchSplit.
-Status CheckPipelineShape(int64_t global_batch, int ranks, int replicas, int microbatches, int devices);
+Status CheckPipelineShape(int64_t global_batch, int ranks, int replicas, int microbatches, int devices,
+                          int tensor_parallel = 1);
+
+/// Ok when the executor can run `plan`: it runs each rank on one device, so a plan with t > 1
+/// (tensor parallelism) only plans and simulates; else one line naming `where`, t and what to do.
+Status CheckExecutorRuns(const Plan& plan, const std::string& where);
 
 /// Validates a parsed plan. Paths to a profile or cluster are resolved against `base_dir`.
 Expected<Plan> PlanFromJson(const nlohmann::json& json, const std::string& where,

@@ -1,6 +1,7 @@
 #include "core/profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -13,7 +14,9 @@ namespace {
 
 const std::set<std::string> kKnownTop = {"format", "model", "device", "microbatch_size",
                                          "dtype", "input_bytes", "rng_state_bytes", "layers",
-                                         "step_costs", "tied_parameters"};
+                                         "step_costs", "tied_parameters", "tensor_parallel",
+                                         "tensor_parallel_measurements"};
+const std::set<std::string> kKnownPoint = {"tensor_parallel", "input_bytes", "layers", "tied_parameter_bytes"};
 const std::set<std::string> kKnownTie = {"layers", "bytes", "name"};
 
 // The path of field `key` under `where`, as ObjectReader::Where writes it.
@@ -123,7 +126,86 @@ Expected<LayerProfile> LayerFromJson(const nlohmann::json& json, const std::stri
   return layer;
 }
 
+nlohmann::json LayerToJson(const LayerProfile& layer) {
+  nlohmann::json l = {{"name", layer.name},
+                      {"forward_ms", layer.forward_ms},
+                      {"backward_ms", layer.backward_ms},
+                      {"param_bytes", layer.param_bytes},
+                      {"activation_bytes", layer.activation_bytes},
+                      {"output_bytes", layer.output_bytes}};
+  if (layer.backward_weight_ms) l["backward_weight_ms"] = *layer.backward_weight_ms;
+  if (layer.backward_input_ms) l["backward_input_ms"] = *layer.backward_input_ms;
+  if (layer.forward_no_grad_ms) l["forward_no_grad_ms"] = *layer.forward_no_grad_ms;
+  if (layer.forward_workspace_bytes != 0) l["forward_workspace_bytes"] = layer.forward_workspace_bytes;
+  if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
+  if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;
+  for (const auto& [field, member] : kInnerFields) {
+    if (layer.*member) l[field] = *(layer.*member);
+  }
+  if (layer.output_tensors != 1) l["output_tensors"] = layer.output_tensors;
+  if (layer.split_backward) SplitBackwardToJson(*layer.split_backward, l);
+  return l;
+}
+
+// One entry of tensor_parallel_measurements[]: its layers match the profile's, by count and name.
+Expected<TensorParallelPoint> TensorParallelPointFromJson(const nlohmann::json& json, const std::string& where,
+                                                          const Profile& profile) {
+  ObjectReader r(json, where);
+  r.SetKnownFields(kKnownPoint);
+  TensorParallelPoint point;
+  point.size = static_cast<int>(r.Integer("tensor_parallel", 2, 1 << 16));
+  point.input_bytes = r.OptionalBytes("input_bytes", profile.input_bytes);
+  const nlohmann::json* layers = r.Array("layers");
+  if (!r.status().ok()) return r.status();
+  if (layers->size() != profile.layers.size()) {
+    return Status::Invalid(r.Where("layers") + ": has " + std::to_string(layers->size()) + " layers, the profile " +
+                           std::to_string(profile.layers.size()) + "; give every layer's figures at this t, in order");
+  }
+  for (size_t i = 0; i < layers->size(); ++i) {
+    const std::string at = r.Where("layers") + "[" + std::to_string(i) + "]";
+    Expected<LayerProfile> layer = LayerFromJson((*layers)[i], at);
+    if (!layer.ok()) return layer.status();
+    if (layer->name != profile.layers[i].name) {
+      return Status::Invalid(at + ".name: \"" + layer->name + "\" where the profile's layers[" + std::to_string(i) +
+                             "] is \"" + profile.layers[i].name + "\"; list the layers in the profile's order");
+    }
+    ObjectReader l((*layers)[i], at);
+    TensorParallelLayer entry{std::move(*layer), 0.0, 0.0};
+    entry.forward_collective_bytes = static_cast<double>(l.Bytes("forward_collective_bytes"));
+    entry.backward_collective_bytes = static_cast<double>(l.Bytes("backward_collective_bytes"));
+    if (!l.status().ok()) return l.status();
+    point.layers.push_back(std::move(entry));
+  }
+  if (json.contains("tied_parameter_bytes")) {
+    const nlohmann::json* tied = r.Array("tied_parameter_bytes");
+    if (!r.status().ok()) return r.status();
+    if (tied->size() != profile.tied_parameters.size()) {
+      return Status::Invalid(r.Where("tied_parameter_bytes") + ": has " + std::to_string(tied->size()) +
+                             " entries for the profile's " + std::to_string(profile.tied_parameters.size()) +
+                             " tied parameters; give each one's bytes per device, in order");
+    }
+    for (size_t k = 0; k < tied->size(); ++k) {
+      const nlohmann::json& value = (*tied)[k];
+      if (!value.is_number_integer() || value.get<int64_t>() <= 0) {
+        return Status::Invalid(r.Where("tied_parameter_bytes") + "[" + std::to_string(k) +
+                               "]: expected a byte count > 0, got " + Describe(value));
+      }
+      point.tied_bytes.push_back(value.get<int64_t>());
+    }
+  }
+  if (!r.status().ok()) return r.status();
+  return point;
+}
+
 }  // namespace
+
+std::vector<int> Profile::TensorParallelSizes() const {
+  if (tensor_parallel > 1) return {tensor_parallel};
+  std::vector<int> sizes = {1};
+  for (const TensorParallelPoint& point : tensor_parallel_points) sizes.push_back(point.size);
+  std::sort(sizes.begin(), sizes.end());
+  return sizes;
+}
 
 const std::vector<std::string>& Precisions() {
   static const std::vector<std::string> precisions = {"fp32", "bf16", "fp16"};
@@ -180,6 +262,28 @@ Expected<Profile> ProfileFromJson(const nlohmann::json& json, const std::string&
     GPIPE_RETURN_IF_ERROR(CheckTiedParameters(profile, where));
     for (TiedParameter& tie : profile.tied_parameters) std::sort(tie.layers.begin(), tie.layers.end());
   }
+  profile.tensor_parallel = static_cast<int>(r.OptionalInteger("tensor_parallel", 1, 1 << 16, 1));
+  if (json.contains("tensor_parallel_measurements")) {
+    const nlohmann::json* points = r.Array("tensor_parallel_measurements");
+    if (!r.status().ok()) return r.status();
+    if (profile.tensor_parallel > 1 && !points->empty()) {
+      return Status::Invalid(r.Where("tensor_parallel_measurements") + ": a profile already at tensor_parallel " +
+                             std::to_string(profile.tensor_parallel) +
+                             " (one device's share) has no other sizes; remove one of the two");
+    }
+    std::set<int> sizes;
+    for (size_t i = 0; i < points->size(); ++i) {
+      const std::string at = r.Where("tensor_parallel_measurements") + "[" + std::to_string(i) + "]";
+      Expected<TensorParallelPoint> point = TensorParallelPointFromJson((*points)[i], at, profile);
+      if (!point.ok()) return point.status();
+      if (!sizes.insert(point->size).second) {
+        return Status::Invalid(at + ".tensor_parallel: " + std::to_string(point->size) +
+                               " is given twice; give each size once");
+      }
+      profile.tensor_parallel_points.push_back(std::move(*point));
+    }
+  }
+  if (!r.status().ok()) return r.status();
   profile.extra = UnknownFields(json, kKnownTop);
   return profile;
 }
@@ -200,27 +304,26 @@ nlohmann::json ProfileToJson(const Profile& profile) {
   json["input_bytes"] = profile.input_bytes;
   if (profile.rng_state_bytes > 0) json["rng_state_bytes"] = profile.rng_state_bytes;
   nlohmann::json layers = nlohmann::json::array();
-  for (const LayerProfile& layer : profile.layers) {
-    nlohmann::json l = {{"name", layer.name},
-                        {"forward_ms", layer.forward_ms},
-                        {"backward_ms", layer.backward_ms},
-                        {"param_bytes", layer.param_bytes},
-                        {"activation_bytes", layer.activation_bytes},
-                        {"output_bytes", layer.output_bytes}};
-    if (layer.backward_weight_ms) l["backward_weight_ms"] = *layer.backward_weight_ms;
-    if (layer.backward_input_ms) l["backward_input_ms"] = *layer.backward_input_ms;
-    if (layer.forward_no_grad_ms) l["forward_no_grad_ms"] = *layer.forward_no_grad_ms;
-    if (layer.forward_workspace_bytes != 0) l["forward_workspace_bytes"] = layer.forward_workspace_bytes;
-    if (layer.backward_workspace_bytes != 0) l["backward_workspace_bytes"] = layer.backward_workspace_bytes;
-    if (layer.weight_pass_bytes != 0) l["weight_pass_bytes"] = layer.weight_pass_bytes;
-    for (const auto& [field, member] : kInnerFields) {
-      if (layer.*member) l[field] = *(layer.*member);
-    }
-    if (layer.output_tensors != 1) l["output_tensors"] = layer.output_tensors;
-    if (layer.split_backward) SplitBackwardToJson(*layer.split_backward, l);
-    layers.push_back(std::move(l));
-  }
+  for (const LayerProfile& layer : profile.layers) layers.push_back(LayerToJson(layer));
   json["layers"] = std::move(layers);
+  if (profile.tensor_parallel > 1) json["tensor_parallel"] = profile.tensor_parallel;
+  if (!profile.tensor_parallel_points.empty()) {
+    nlohmann::json points = nlohmann::json::array();
+    for (const TensorParallelPoint& point : profile.tensor_parallel_points) {
+      nlohmann::json entry = {{"tensor_parallel", point.size}, {"input_bytes", point.input_bytes}};
+      nlohmann::json point_layers = nlohmann::json::array();
+      for (const TensorParallelLayer& layer : point.layers) {
+        nlohmann::json l = LayerToJson(layer.layer);
+        l["forward_collective_bytes"] = std::llround(layer.forward_collective_bytes);
+        l["backward_collective_bytes"] = std::llround(layer.backward_collective_bytes);
+        point_layers.push_back(std::move(l));
+      }
+      entry["layers"] = std::move(point_layers);
+      if (!point.tied_bytes.empty()) entry["tied_parameter_bytes"] = point.tied_bytes;
+      points.push_back(std::move(entry));
+    }
+    json["tensor_parallel_measurements"] = std::move(points);
+  }
   if (profile.step_costs) json["step_costs"] = StepCostsToJson(*profile.step_costs);
   if (!profile.tied_parameters.empty()) {
     nlohmann::json ties = nlohmann::json::array();

@@ -129,6 +129,29 @@ struct TiedParameter {
   std::string name;
 };
 
+/// One layer as each of the t devices of a tensor-parallel group runs it (Megatron-LM's column and
+/// row parallel linears, vocabulary-parallel embedding and loss, sequence parallelism): its times,
+/// parameters, activations and output per device, and what its collectives over the t devices move.
+struct TensorParallelLayer {
+  LayerProfile layer;
+  /// Bytes whose ring all-reduce over the t devices costs what the layer's collectives cost in its
+  /// forward (and again in a recompute) / in its backward (with the input gradient, I): an
+  /// all-reduce of n bytes counts n, an all-gather or a reduce-scatter of an n-byte tensor n / 2.
+  double forward_collective_bytes = 0;
+  double backward_collective_bytes = 0;
+};
+
+/// The model's layers under t-way tensor parallelism, at the profile's micro-batch size (a profile's
+/// `tensor_parallel_measurements[]`; profiles/generate.py writes them from FLOPs and bytes).
+struct TensorParallelPoint {
+  int size = 2;  // t
+  /// One micro-batch of the model's input, per device.
+  int64_t input_bytes = 0;
+  std::vector<TensorParallelLayer> layers;
+  /// Per tied parameter (in the profile's order), its bytes on each device; empty: bytes / t.
+  std::vector<int64_t> tied_bytes;
+};
+
 /// The precisions a profile is measured in and a plan computes in: "fp32", "bf16", "fp16".
 const std::vector<std::string>& Precisions();
 /// Bytes of one parameter as a profile of `dtype` counts it: 4 for fp32, 2 for bf16 and fp16.
@@ -153,9 +176,18 @@ struct Profile {
   std::optional<StepCosts> step_costs;
   /// Parameters shared by several layers; empty when none (or not recorded).
   std::vector<TiedParameter> tied_parameters;
+  /// t when the layers' figures are those of one device of a t-way tensor-parallel group (a plan's
+  /// profile, made by ProfileAtTensorParallel in simulator/tensor_parallel.h); 1 for a whole model.
+  int tensor_parallel = 1;
+  /// What the layers cost under each t > 1 measured or modelled (empty: the profile plans with t = 1
+  /// only). Only a profile with tensor_parallel 1 has them.
+  std::vector<TensorParallelPoint> tensor_parallel_points;
   /// Fields this build does not interpret, kept so that a rewritten file loses nothing.
   nlohmann::json extra = nlohmann::json::object();
 
+  /// The tensor-parallel sizes the profile can price, ascending: {tensor_parallel} for a profile
+  /// already at a t, else 1 and its points' sizes.
+  std::vector<int> TensorParallelSizes() const;
   int num_layers() const { return static_cast<int>(layers.size()); }
 };
 

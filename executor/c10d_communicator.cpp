@@ -74,18 +74,19 @@ class C10dCommunicator final : public Communicator {
                 "receive of the " + TagToText(tag) + " from rank " + std::to_string(peer));
   }
   void AllReduceSum(torch::Tensor& tensor, const std::vector<int>& group) override {
-    c10::intrusive_ptr<c10d::Backend>& backend = groups_[group];
-    if (!backend) {
-      std::string name = "group";
-      int index = 0;
-      for (size_t i = 0; i < group.size(); ++i) {
-        name += "-" + std::to_string(group[i]);
-        if (group[i] == options_.rank) index = static_cast<int>(i);
-      }
-      backend = MakeGroup(c10::make_intrusive<c10d::PrefixStore>(name, store_), index, static_cast<int>(group.size()));
-    }
+    c10d::Backend& backend = GroupOf(group);
     std::vector<at::Tensor> tensors{tensor};
-    Wrap([&] { return backend->allreduce(tensors); }, "sum over ranks " + c10::str(group))->Wait();
+    Wrap([&] { return backend.allreduce(tensors); }, "sum over ranks " + c10::str(group))->Wait();
+  }
+  void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output, const std::vector<int>& group) override {
+    c10d::Backend& backend = GroupOf(group);
+    at::Tensor in = input, out = output;
+    Wrap([&] { return backend._reduce_scatter_base(out, in); }, "reduce-scatter over ranks " + c10::str(group))->Wait();
+  }
+  void AllGather(const torch::Tensor& input, torch::Tensor& output, const std::vector<int>& group) override {
+    c10d::Backend& backend = GroupOf(group);
+    at::Tensor in = input, out = output;
+    Wrap([&] { return backend._allgather_base(out, in); }, "all-gather over ranks " + c10::str(group))->Wait();
   }
   void Barrier() override {
     c10d::BarrierOptions barrier;
@@ -113,6 +114,20 @@ class C10dCommunicator final : public Communicator {
   }
 
  private:
+  // The backend of `group` (sorted global ranks, this one among them), made at its first use.
+  c10d::Backend& GroupOf(const std::vector<int>& group) {
+    c10::intrusive_ptr<c10d::Backend>& backend = groups_[group];
+    if (!backend) {
+      std::string name = "group";
+      int index = 0;
+      for (size_t i = 0; i < group.size(); ++i) {
+        name += "-" + std::to_string(group[i]);
+        if (group[i] == options_.rank) index = static_cast<int>(i);
+      }
+      backend = MakeGroup(c10::make_intrusive<c10d::PrefixStore>(name, store_), index, static_cast<int>(group.size()));
+    }
+    return *backend;
+  }
   // A message to a higher rank travels in one group, to a lower rank in the other. NCCL needs
   // this (see the header). Gloo matches by tag and would work with one, but its TCP pair has one
   // lock per connection that the sender's thread and the wire's own thread both take: with both

@@ -44,6 +44,14 @@ class Communicator {
   virtual std::unique_ptr<PendingWork> Recv(const torch::Tensor& into, int peer, int tag) = 0;
   /// Sums `tensor` in place over `group` (sorted global ranks, this one among them).
   virtual void AllReduceSum(torch::Tensor& tensor, const std::vector<int>& group) = 0;
+  /// The sharded optimizer's two collectives over `group` (as AllReduceSum's), this rank being
+  /// member i (its place in `group`) of G. ReduceScatterSum: `input` (G x n elements, the same
+  /// shape on every member) summed over the group, and of the sum, elements [i n, (i + 1) n) into
+  /// `output` (n elements). AllGather: every member's `input` (n elements) into `output` (G x n),
+  /// member j's at [j n, (j + 1) n). c10d runs the collectives themselves (Gloo and NCCL); these
+  /// defaults make them of AllReduceSum (the in-process wires), with the same results.
+  virtual void ReduceScatterSum(const torch::Tensor& input, torch::Tensor& output, const std::vector<int>& group);
+  virtual void AllGather(const torch::Tensor& input, torch::Tensor& output, const std::vector<int>& group);
   /// Returns once every rank has called it.
   virtual void Barrier() = 0;
   /// Every rank passes a string; rank 0 gets all of them in rank order, the others nothing.

@@ -17,6 +17,7 @@
 #include "executor/launcher.h"
 #include "executor/layers.h"
 #include "executor/memory_meter.h"
+#include "executor/optimizer_shard.h"
 #include "executor/precision.h"
 #include "executor/stage_runner.h"
 #include "executor/weights.h"
@@ -102,17 +103,30 @@ void SumSharedGradients(Communicator& comm, const std::vector<SharedGroup>& grou
 // The squared L2 norm of the whole model's gradient: this rank's share (on replica 0 only, the
 // replicas holding the same summed gradients; a tied parameter on the lowest of its ranks only)
 // summed over every rank.
+//
+// With a sharded optimizer (`shard` not null) each replica holds the summed gradient of its range
+// only: every replica counts its pieces (those of a tied parameter on the lowest of its ranks only).
 double GlobalSquaredGradNorm(Communicator& comm, const std::vector<torch::Tensor>& params,
-                             const std::vector<SharedGroup>& shared, int replica, const torch::Device& device) {
-  std::vector<torch::Tensor> counted;
-  for (const torch::Tensor& p : params) {
+                             const std::vector<SharedGroup>& shared, int replica, const torch::Device& device,
+                             const OptimizerShard* shard = nullptr) {
+  const auto counts = [&](const torch::Tensor& p) {
     const auto tie = std::find_if(shared.begin(), shared.end(),
                                   [&p](const SharedGroup& g) { return g.parameter.is_same(p); });
-    if (tie != shared.end() && tie->ranks.front() != comm.rank()) continue;
-    if (p.grad().defined()) counted.push_back(p.grad());
+    return tie == shared.end() || tie->ranks.front() == comm.rank();
+  };
+  std::vector<torch::Tensor> counted;
+  if (shard == nullptr) {
+    for (const torch::Tensor& p : params) {
+      if (counts(p) && p.grad().defined()) counted.push_back(p.grad());
+    }
+  } else {
+    for (size_t k = 0; k < shard->pieces().size(); ++k) {
+      const torch::Tensor& piece = shard->pieces()[k];
+      if (counts(shard->owner(k)) && piece.grad().defined()) counted.push_back(piece.grad());
+    }
   }
   torch::Tensor sum = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(device));
-  if (replica == 0) {
+  if (replica == 0 || shard != nullptr) {
     for (const torch::Tensor& g : counted) sum += g.detach().to(torch::kFloat64).pow(2).sum();
   }
   if (comm.size() > 1) {
@@ -121,6 +135,22 @@ double GlobalSquaredGradNorm(Communicator& comm, const std::vector<torch::Tensor
     comm.AllReduceSum(sum, everyone);
   }
   return sum.item<double>();
+}
+
+// Drops every gradient of `params` (the optimizer's zero_grad, whichever tensors it updates).
+void ZeroGradients(const std::vector<torch::Tensor>& params) {
+  for (const torch::Tensor& p : params) {
+    torch::Tensor t = p;
+    t.mutable_grad().reset();
+  }
+}
+
+// Sums the loss (last-stage ranks) over the replicas: the sharded optimizer's gradients travel
+// apart from it.
+double SumLossOverReplicas(Communicator& comm, const std::vector<int>& group, double loss, const torch::Device& device) {
+  torch::Tensor total = torch::full({1}, loss, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  comm.AllReduceSum(total, group);
+  return total.item<double>() / static_cast<double>(group.size());
 }
 
 // Sets one gradient element of the first parameter with one to inf, as an fp16 overflow would.
@@ -137,7 +167,7 @@ void InjectInf(const std::vector<torch::Tensor>& params) {
 // update; the last stage's loss averaged over the replicas. Every rank calls it at the same step.
 double Evaluate(StageRunner& runner, const std::vector<Action>& actions, const DataSource& data, const Plan& plan,
                 int replica, int batches, Communicator& comm, const std::vector<int>& group,
-                torch::optim::Optimizer& optimizer, ActionClock& clock, const torch::Device& device) {
+                const std::vector<torch::Tensor>& params, ActionClock& clock, const torch::Device& device) {
   const int64_t replica_batch = plan.global_batch / plan.replicas;
   const auto set_training = [&runner](bool training) {
     for (StageSetup& stage : runner.stages()) {
@@ -154,7 +184,7 @@ double Evaluate(StageRunner& runner, const std::vector<Action>& actions, const D
     runner.FinishStep();
     clock.EndStep();
     sum += runner.StepLoss();
-    optimizer.zero_grad(/*set_to_none=*/true);
+    ZeroGradients(params);
   }
   set_training(true);
   double loss = sum / batches;
@@ -172,7 +202,7 @@ std::string RunFingerprint(const Plan& plan, const ModelSpec& model) {
   std::ostringstream out;
   out << "plan " << ScheduleName(plan.schedule) << " K=" << plan.num_ranks() << " D=" << plan.replicas
       << " M=" << plan.microbatches << " batch=" << plan.global_batch << " " << OptimizerName(plan.optimizer)
-      << " " << PlacementName(plan.placement) << " stages";
+      << " " << PlacementName(plan.placement) << (plan.sharded_optimizer ? " zero-1" : "") << " stages";
   for (const StagePlan& s : plan.stages) out << " [" << s.first_layer << "," << s.end_layer << ")@" << s.rank;
   nlohmann::json layers = ModelToJson(model);
   layers.erase("data");
@@ -183,12 +213,20 @@ std::string RunFingerprint(const Plan& plan, const ModelSpec& model) {
 
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
                                                        const std::vector<torch::Tensor>& params) {
+  std::vector<bool> matrix;
+  for (const torch::Tensor& p : params) matrix.push_back(p.dim() >= 2);
+  return MakeOptimizer(plan, model, params, matrix);
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
+                                                       const std::vector<torch::Tensor>& tensors,
+                                                       const std::vector<bool>& matrix) {
   const TrainingSpec& t = model.training;
   // Two groups: the decayed parameters and the one-dimensional ones (biases, norms), decayed only
   // with decay_1d. Their split depends on the parameters alone, so a checkpoint's optimizer state
   // loads whatever the settings.
   std::vector<torch::Tensor> matrices, vectors;
-  for (const torch::Tensor& p : params) (p.dim() >= 2 ? matrices : vectors).push_back(p);
+  for (size_t k = 0; k < tensors.size(); ++k) (matrix[k] ? matrices : vectors).push_back(tensors[k]);
   const double vector_decay = t.decay_1d ? t.weight_decay : 0.0;
   std::vector<torch::optim::OptimizerParamGroup> groups;
   const auto add = [&groups](std::vector<torch::Tensor> group, auto options) {
@@ -234,6 +272,7 @@ double ClipGradients(const std::vector<torch::Tensor>& params, double squared_no
 
 Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const Schedule& lowered,
                                 Communicator& comm, const TrainOptions& options) {
+  GPIPE_RETURN_IF_ERROR(CheckExecutorRuns(plan, "the plan"));
   const int K = plan.num_ranks(), D = plan.replicas, M = plan.microbatches;
   int replica = -1, prank = -1;
   for (int d = 0; d < D; ++d) {
@@ -295,11 +334,16 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
   outcome.record.parameter_bytes = meter.CurrentBytes();  // the layers as built, nothing else yet
   outcome.has_last_stage = runner.HasLastStage();
   const std::vector<torch::Tensor> params = runner.Parameters();
-  std::unique_ptr<torch::optim::Optimizer> optimizer = MakeOptimizer(plan, model, params);
-
   std::vector<int> group;
   for (int d = 0; d < D; ++d) group.push_back(plan.DeviceOf(d, prank));
   std::sort(group.begin(), group.end());
+  // ZeRO-1: the optimizer updates (and keeps state for) this replica's range of the parameters.
+  std::optional<OptimizerShard> shard;
+  if (plan.sharded_optimizer && D > 1) shard.emplace(params, group, comm.rank());
+  std::unique_ptr<torch::optim::Optimizer> optimizer =
+      shard ? MakeOptimizer(plan, model, shard->pieces(), shard->matrix()) : MakeOptimizer(plan, model, params);
+  // What the optimizer updates, whose gradients clipping and loss scaling scale.
+  const std::vector<torch::Tensor>& updated = shard ? shard->pieces() : params;
 
   int first_step = 0;
   const std::string fingerprint = RunFingerprint(plan, model);
@@ -335,7 +379,9 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
     try {
       comm.Barrier();
       clock.BeginStep();
+      // (The sharded optimizer's pieces hold no gradient here: zero_grad would detach the views.)
       optimizer->zero_grad(/*set_to_none=*/true);
+      if (shard) shard->BeginStep();
       runner.SetLossScale(loss_scale * scaler.scale());
       meter.ResetPeak();
       outcome.record.step_start_memory_bytes.push_back(meter.CurrentBytes());
@@ -358,26 +404,36 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       }
       double loss = runner.StepLoss();
       SumSharedGradients(comm, *shared);
-      if (D > 1) loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss, options.device);
+      if (shard) {
+        shard->ReduceScatterGradients(comm);
+        if (runner.HasLastStage()) loss = SumLossOverReplicas(comm, group, loss, options.device);
+      } else if (D > 1) {
+        loss = SumOverReplicas(comm, group, params, runner.HasLastStage(), loss, options.device);
+      }
       const double learning_rate = LearningRateAt(model.training, step);
       std::optional<double> grad_norm;
       const double used_scale = scaler.scale();
       bool skipped = false;
-      if (clips || scaler.dynamic()) {
-        double squared = GlobalSquaredGradNorm(comm, params, *shared, replica, options.device);
+      // Sharded, the norm is summed before the update, whose summed range goes before the gather.
+      if (clips || scaler.dynamic() || shard) {
+        double squared = GlobalSquaredGradNorm(comm, params, *shared, replica, options.device, shard ? &*shard : nullptr);
         // Every rank has the same sum, so every rank reaches the same verdict and the same scale.
         skipped = !scaler.Update(std::isfinite(squared));
         if (scaler.dynamic() && !skipped) {
-          for (const torch::Tensor& p : params) {
+          for (const torch::Tensor& p : updated) {
             if (p.grad().defined()) p.grad().div_(used_scale);
           }
           squared /= used_scale * used_scale;
         }
-        grad_norm = skipped ? std::sqrt(squared) : ClipGradients(params, squared, model.training.clip_grad_norm);
+        grad_norm = skipped ? std::sqrt(squared) : ClipGradients(updated, squared, model.training.clip_grad_norm);
       }
       if (!skipped) {
         SetLearningRate(*optimizer, learning_rate);
         optimizer->step();
+      }
+      if (shard) {
+        shard->ReleaseShardGradient();
+        shard->AllGatherWeights(comm);
       }
       const double time_ms = clock.EndStep();
       // Without clipping the step does not need the norm: it is summed after the step's clock
@@ -398,7 +454,7 @@ Expected<RankOutcome> TrainRank(const Plan& plan, const ModelSpec& model, const 
       // After the step's times and memory are read: evaluation is neither.
       if (options.eval_every > 0 && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) {
         outcome.steps.back().eval_loss = Evaluate(runner, actions, *data, plan, replica, options.eval_batches, comm, group,
-                                                  *optimizer, clock, options.device);
+                                                  params, clock, options.device);
       }
       if (options.on_step) options.on_step(outcome.steps.back(), options.steps);
     } catch (const std::exception& e) {

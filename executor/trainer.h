@@ -86,6 +86,11 @@ RunRecord MergeOutcomes(const Plan& plan, const ModelSpec& model, std::vector<Ra
 /// step 0's.
 std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
                                                        const std::vector<torch::Tensor>& params);
+/// The same over `tensors` (a sharded optimizer's slices), `matrix[k]` saying whether tensor k is
+/// decayed as a parameter of two dimensions or more.
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const Plan& plan, const ModelSpec& model,
+                                                       const std::vector<torch::Tensor>& tensors,
+                                                       const std::vector<bool>& matrix);
 
 /// Gives every parameter group of `optimizer` this learning rate.
 void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate);

@@ -42,6 +42,8 @@ Plan PlanSkeleton(const PartitionProblem& problem) {
   plan.replicas = problem.replicas;
   plan.placement = problem.placement;
   plan.optimizer = problem.optimizer;
+  plan.tensor_parallel = problem.tensor_parallel;
+  plan.sharded_optimizer = problem.sharded_optimizer;
   return plan;
 }
 
@@ -60,7 +62,8 @@ Status CheckProblem(const PartitionProblem& problem) {
                            " layers; every stage needs at least one layer, so use at most " + std::to_string(layers));
   }
   GPIPE_RETURN_IF_ERROR(CheckPipelineShape(problem.global_batch, problem.ranks, problem.replicas, problem.microbatches,
-                                           problem.cluster->devices));
+                                           problem.cluster->devices, problem.tensor_parallel));
+  GPIPE_RETURN_IF_ERROR(CheckTensorParallel(problem.tensor_parallel, *problem.profile, *problem.cluster));
   GPIPE_RETURN_IF_ERROR(CheckStageCount(problem.schedule, problem.ranks, stages));
   GPIPE_RETURN_IF_ERROR(CheckMicrobatchCount(problem.schedule, problem.ranks, problem.microbatches));
   if (SplitsBackward(problem.schedule)) {

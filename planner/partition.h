@@ -55,6 +55,11 @@ struct PartitionProblem {
   int64_t global_batch = 1;
   Placement placement = Placement::kPipelineMajor;
   Optimizer optimizer = Optimizer::kAdam;
+  /// t: each rank on t devices of a node; `profile` is then the profile at t
+  /// (ProfileAtTensorParallel) and the cluster holds t x K x D devices.
+  int tensor_parallel = 1;
+  /// ZeRO-1 over the replicas (Plan::sharded_optimizer).
+  bool sharded_optimizer = false;
   RematPolicy remat = RematPolicy::kAuto;
   /// Per-device memory the plan must fit.
   double memory_limit_bytes = 0;

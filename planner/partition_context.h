@@ -33,7 +33,9 @@ class PartitionContext {
 
  protected:
   double Limit() const { return p_.memory_limit_bytes; }
-  int Device(int replica, int rank) const { return DeviceOf(p_.placement, p_.ranks, p_.replicas, replica, rank); }
+  int Device(int replica, int rank) const {
+    return DeviceOf(p_.placement, p_.ranks, p_.replicas, replica, rank, p_.tensor_parallel);
+  }
   // Sets shape_ and evaluator_ (bounds need no schedule; the searches and the program do).
   // REQUIRES: the problem's schedule generates.
   void UseShape() {
@@ -43,7 +45,9 @@ class PartitionContext {
   // What rank `rank` does after its last action when it holds `param_bytes` of parameters: its
   // all-reduce, then its calibrated tail.
   double AfterLastActionMs(int rank, double param_bytes) const {
-    const double tail = calibration_ ? calibration_->TailMs(param_bytes) : 0.0;
+    // (With a sharded optimizer each replica updates its shard, as BuildCostModel prices it.)
+    const double tail =
+        calibration_ ? calibration_->TailMs(param_bytes / (p_.sharded_optimizer ? p_.replicas : 1)) : 0.0;
     return (p_.replicas > 1 ? rings_[rank].AllReduceMs(param_bytes) : 0.0) + tail;
   }
   // A lower bound on any forward F of layers [a, e) as one stage: the recorded forward, or,

@@ -67,6 +67,11 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
            "shared cores too kindly (docs/planner.md); --oversubscribe searches them\n";
   }
   if (result.best) out += FormatGapLine(result);
+  if (!request.tensor_parallel && request.profile.TensorParallelSizes().size() == 1 &&
+      request.profile.tensor_parallel == 1 && request.cluster.devices > 1) {
+    out += "tensor parallelism: t = 1 only; the profile has no tensor_parallel_measurements (profiles/generate.py "
+           "writes them for transformers; the profiler measures t = 1)\n";
+  }
   if (!result.proven_optimal && !result.unproven.empty()) {
     out += std::to_string(result.unproven.size()) + " configuration searches stopped at their node budget (--max-nodes; "
            "interleaved ones get a hundredth of it) and may hide a faster plan:";
@@ -79,9 +84,11 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
   CostModel costs;
   const SimResult sim = Simulated(best.plan, &costs);
   const int partial = PartialRematStages(best.plan);
-  out += "best plan: " + Shape(best.plan) + ", K=" + std::to_string(best.plan.num_ranks()) +
-         " ranks x D=" + std::to_string(best.plan.replicas) + " replicas (" +
-         PlacementName(best.plan.placement) + "), remat on " + std::to_string(RematStages(best.plan)) + " of " +
+  out += "best plan: " + Shape(best.plan) + ", " +
+         (best.plan.tensor_parallel > 1 ? "t=" + std::to_string(best.plan.tensor_parallel) + " tensor-parallel x " : "") +
+         "K=" + std::to_string(best.plan.num_ranks()) + " ranks x D=" + std::to_string(best.plan.replicas) +
+         " replicas (" + PlacementName(best.plan.placement) +
+         (best.plan.sharded_optimizer ? ", optimizer sharded over the replicas (ZeRO-1)" : "") + "), remat on " + std::to_string(RematStages(best.plan)) + " of " +
          std::to_string(best.plan.num_stages()) + " stages" +
          (partial > 0 ? " (" + std::to_string(partial) + " of them only their first layers)" : std::string()) + "\n";
   if (IsNewerSchedule(best.plan.schedule)) {
@@ -89,7 +96,9 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
     if (result.best_older) {
       const Candidate& older = *result.best_older;
       out += Format("%.2f%%", 100 * (older.step_time_ms / best.step_time_ms - 1)) + " faster than the best plan of " +
-             "gpipe, 1f1b, interleaved-1f1b and zb-h1 (" + Shape(older.plan) + " K=" + std::to_string(older.plan.num_ranks()) +
+             "gpipe, 1f1b, interleaved-1f1b and zb-h1 (" + Shape(older.plan) +
+             (older.plan.tensor_parallel > 1 ? " t=" + std::to_string(older.plan.tensor_parallel) : std::string()) +
+             " K=" + std::to_string(older.plan.num_ranks()) +
              " D=" + std::to_string(older.plan.replicas) + " M=" + std::to_string(older.plan.microbatches) + ", " +
              FormatMs(older.step_time_ms) + ")\n";
     } else {
@@ -97,14 +106,17 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
     }
   }
   out += FormatSimSummary(best.plan, costs, sim);
-  out += "\nalternatives (none is both faster and smaller than another; within 25% of the best):\n";
+  out += "\nalternatives (none is both faster and smaller than another; within 25% of the best; t: tensor "
+         "parallelism, Dz: the optimizer sharded over D):\n";
   out += "  " + Pad("step", 11) + Pad("samples/s", 10) + Pad("bubble", 7) + Pad("peak memory", 12) +
-         Pad("schedule", 19) + Pad("K", 3) + Pad("D", 3) + Pad("M", 5) + "remat\n";
+         Pad("schedule", 19) + Pad("t", 3) + Pad("K", 4) + Pad("D", 5) + Pad("M", 5) + "remat\n";
   for (const Candidate& c : result.pareto) {
     out += "  " + Pad(FormatMs(c.step_time_ms), 11) + Pad(Format("%.1f", c.throughput_samples_per_s), 10) +
            Pad(Format("%.1f%%", 100 * c.bubble_fraction), 7) + Pad(FormatBytes(c.peak_memory_bytes), 12) +
-           Pad(Shape(c.plan), 19) + Pad(std::to_string(c.plan.num_ranks()), 3) +
-           Pad(std::to_string(c.plan.replicas), 3) + Pad(std::to_string(c.plan.microbatches), 5) +
+           Pad(Shape(c.plan), 19) + Pad(std::to_string(c.plan.tensor_parallel), 3) +
+           Pad(std::to_string(c.plan.num_ranks()), 4) +
+           Pad(std::to_string(c.plan.replicas) + (c.plan.sharded_optimizer ? "z" : ""), 5) +
+           Pad(std::to_string(c.plan.microbatches), 5) +
            std::to_string(RematStages(c.plan)) + "/" + std::to_string(c.plan.num_stages()) + "\n";
   }
   return out;
@@ -131,6 +143,8 @@ nlohmann::json PlanReportJson(const SearchResult& result) {
                             {"stages", c.plan.num_stages()},
                             {"ranks", c.plan.num_ranks()},
                             {"replicas", c.plan.replicas},
+                            {"tensor_parallel", c.plan.tensor_parallel},
+                            {"sharded_optimizer", c.plan.sharded_optimizer},
                             {"microbatches", c.plan.microbatches},
                             {"remat_stages", RematStages(c.plan)},
                             {"step_time_ms", c.step_time_ms},

@@ -15,6 +15,7 @@
 #include "planner/shape_cache.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
+#include "simulator/tensor_parallel.h"
 
 namespace gpipe {
 namespace {
@@ -60,7 +61,8 @@ double CheapBound(const PartitionProblem& problem) {
       EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
   if (calibration) {
     // Under core sharing the stage times carry one rank's factor and sharing only slows them.
-    const int per_node = RanksPerNode(*problem.cluster, problem.ranks * problem.replicas);
+    const int per_node =
+        RanksPerNode(*problem.cluster, problem.ranks * problem.replicas * problem.tensor_parallel) / problem.tensor_parallel;
     scale *= calibration->ComputeScale(
         CoreSharingOf(*problem.profile, *problem.cluster, &*calibration, per_node, problem.ranks).static_ranks);
   }
@@ -70,11 +72,15 @@ double CheapBound(const PartitionProblem& problem) {
                    heaviest * scale * problem.microbatches});
 }
 
-// "interleaved-1f1b K=8 v=2 D=1 M=64".
+// "interleaved-1f1b K=8 v=2 D=1 M=64", "1f1b t=8 K=12 D=4 (ZeRO-1) M=96".
 std::string ConfigurationName(const PartitionProblem& problem) {
-  return std::string(ScheduleName(problem.schedule)) + " K=" + std::to_string(problem.ranks) +
+  return std::string(ScheduleName(problem.schedule)) +
+         (problem.tensor_parallel > 1 ? " t=" + std::to_string(problem.tensor_parallel) : std::string()) +
+         " K=" + std::to_string(problem.ranks) +
          (problem.chunks > 1 ? " v=" + std::to_string(problem.chunks) : std::string()) +
-         " D=" + std::to_string(problem.replicas) + " M=" + std::to_string(problem.microbatches);
+         " D=" + std::to_string(problem.replicas) + (problem.sharded_optimizer ? " (ZeRO-1)" : "") +
+         " M=" + std::to_string(problem.microbatches) +
+         (problem.placement == Placement::kReplicaMajor ? " replica-major" : "");
 }
 
 }  // namespace
@@ -86,17 +92,40 @@ double Gap(double best_ms, double lower_bound_ms) {
   return lower_bound_ms > 0 ? best_ms / lower_bound_ms - 1.0 : kInfinity;
 }
 
+namespace {
+// The configurations at one t, `profile` being the profile at t.
+void ConfigurationsAt(const SearchRequest& request, int t, const Profile& profile, ProfileStore* profiles,
+                      size_t* oversubscribed, std::vector<PartitionProblem>& problems);
+}  // namespace
+
 int OversubscriptionCap(const SearchRequest& request) {
   if (request.oversubscribe || (request.ranks && request.replicas) || !request.profile.step_costs) return 0;
   return request.profile.step_costs->concurrent_ranks;
 }
 
-std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::map<int64_t, Profile>* sized_profiles,
+std::vector<PartitionProblem> Configurations(const SearchRequest& request, ProfileStore* profiles,
                                              size_t* oversubscribed) {
   std::vector<PartitionProblem> problems;
+  for (int t : request.profile.TensorParallelSizes()) {
+    if (request.tensor_parallel && t != *request.tensor_parallel) continue;
+    if (!CheckTensorParallel(t, request.profile, request.cluster).ok()) continue;
+    const Profile* at_t = &request.profile;
+    if (t != request.profile.tensor_parallel && profiles != nullptr) {
+      Expected<Profile> derived = ProfileAtTensorParallel(request.profile, t, request.cluster);
+      if (!derived.ok()) continue;
+      at_t = &profiles->emplace(std::make_pair(t, int64_t{0}), std::move(*derived)).first->second;
+    }
+    ConfigurationsAt(request, t, *at_t, profiles, oversubscribed, problems);
+  }
+  return problems;
+}
+
+namespace {
+void ConfigurationsAt(const SearchRequest& request, int t, const Profile& profile, ProfileStore* profiles,
+                      size_t* oversubscribed, std::vector<PartitionProblem>& problems) {
   const int cap = OversubscriptionCap(request);
-  const bool several_sizes = MeasuredMicrobatchSizes(request.profile).size() > 1 && sized_profiles != nullptr;
-  const int devices = request.cluster.devices;
+  const bool several_sizes = MeasuredMicrobatchSizes(profile).size() > 1 && profiles != nullptr;
+  const int devices = request.cluster.devices / t;
   const int layers = request.profile.num_layers();
   const bool multi_node = request.cluster.devices_per_node && *request.cluster.devices_per_node < devices;
   std::vector<ScheduleKind> kinds;
@@ -104,15 +133,16 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
     kinds = {*request.schedule};
   } else {
     for (ScheduleKind kind : AllScheduleKinds()) {
-      if (!SplitsBackward(kind) || ProfileHasWeightTimes(request.profile)) kinds.push_back(kind);
+      if (!SplitsBackward(kind) || ProfileHasWeightTimes(profile)) kinds.push_back(kind);
     }
   }
   for (int replicas = 1; replicas <= devices; ++replicas) {
     if (request.replicas && replicas != *request.replicas) continue;
     if (request.global_batch % replicas != 0) continue;
+    if (replicas == 1 && request.sharded_optimizer.value_or(false)) continue;  // ZeRO-1 shards over D >= 2
     for (int ranks = 1; ranks * replicas <= devices && ranks <= layers; ++ranks) {
       if (request.ranks && ranks != *request.ranks) continue;
-      const bool too_many = cap > 0 && RanksPerNode(request.cluster, ranks * replicas) > cap;
+      const bool too_many = cap > 0 && RanksPerNode(request.cluster, ranks * replicas * t) / t > cap;
       for (int microbatches : Divisors(request.global_batch / replicas)) {
         if (request.microbatches && microbatches != *request.microbatches) continue;
         for (ScheduleKind kind : kinds) {
@@ -148,15 +178,15 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
                 continue;
               }
               PartitionProblem p;
-              p.profile = &request.profile;
+              p.profile = &profile;
               if (several_sizes) {
                 const int64_t size = request.global_batch / (int64_t{replicas} * microbatches);
-                auto it = sized_profiles->find(size);
-                if (it == sized_profiles->end()) {
-                  it = sized_profiles->emplace(size, ProfileAtMicrobatch(request.profile, size)).first;
-                }
+                auto it = profiles->find({t, size});
+                if (it == profiles->end()) it = profiles->emplace(std::make_pair(t, size), ProfileAtMicrobatch(profile, size)).first;
                 p.profile = &it->second;
               }
+              p.tensor_parallel = t;
+              p.sharded_optimizer = replicas > 1 && request.sharded_optimizer.value_or(true);
               p.cluster = &request.cluster;
               p.schedule = kind;
               p.ranks = ranks;
@@ -176,8 +206,8 @@ std::vector<PartitionProblem> Configurations(const SearchRequest& request, std::
       }
     }
   }
-  return problems;
 }
+}  // namespace
 
 Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
   Expected<Schedule> schedule = BuildSchedule(plan);
@@ -210,17 +240,23 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   }
   // An unpinned D or M is checked as 1 (the D and M searched divide the batch anyway); K x D
   // against the devices only when K is pinned (the configurations searched fit them anyway).
+  if (request.tensor_parallel) {
+    GPIPE_RETURN_IF_ERROR(CheckTensorParallel(*request.tensor_parallel, request.profile, request.cluster).AsUsage());
+  }
   GPIPE_RETURN_IF_ERROR(CheckPipelineShape(request.global_batch, request.ranks.value_or(1),
                                            request.replicas.value_or(1), request.microbatches.value_or(1),
-                                           request.ranks ? devices : 0)
+                                           request.ranks ? devices : 0, request.tensor_parallel.value_or(1))
                             .AsUsage());
+  if (request.sharded_optimizer.value_or(false) && request.replicas.value_or(2) < 2) {
+    return Status::Usage("a sharded optimizer shards its state over the D replicas; D = 1 has nothing to shard with");
+  }
   if (request.schedule && SplitsBackward(*request.schedule) && !ProfileHasWeightTimes(request.profile)) {
     return Status::Usage("the schedule " + std::string(ScheduleName(*request.schedule)) +
                          " needs backward_weight_ms for every layer of the profile");
   }
-  std::map<int64_t, Profile> sized_profiles;  // outlives `problems`, which point into it
+  ProfileStore profiles;  // outlives `problems`, which point into it
   size_t oversubscribed = 0;
-  std::vector<PartitionProblem> problems = Configurations(request, &sized_profiles, &oversubscribed);
+  std::vector<PartitionProblem> problems = Configurations(request, &profiles, &oversubscribed);
   if (problems.empty()) {
     if (oversubscribed > 0) {
       return Status::Usage("every configuration of the pinned dimensions puts more ranks on a node than it computes at "

@@ -33,6 +33,13 @@ struct SearchRequest {
   std::optional<ScheduleKind> schedule;
   std::optional<int> chunks;
   std::optional<Placement> placement;
+  /// t: tensor parallelism, searched over the sizes the profile prices (TensorParallelSizes) that
+  /// divide a node's devices.
+  std::optional<int> tensor_parallel;
+  /// ZeRO-1 over the replicas. Unpinned, configurations with D > 1 shard: in the model sharding
+  /// never lengthens a step (its reduce-scatter and all-gather cost the all-reduce they replace,
+  /// the optimizer updates a shard) and holds less, so it is what the search over both would keep.
+  std::optional<bool> sharded_optimizer;
   RematPolicy remat = RematPolicy::kAuto;
   Optimizer optimizer = Optimizer::kAdam;
   /// Search layouts that put more ranks on a node than it computes at full speed at once (the
@@ -119,12 +126,16 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request);
 /// Simulates `plan` and summarizes it as a Candidate.
 Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal);
 
+/// The profiles a search's configurations are priced by, by (t, micro-batch size): the profile at
+/// each t (ProfileAtTensorParallel), and at each size where it measured several.
+using ProfileStore = std::map<std::pair<int, int64_t>, Profile>;
+
 /// The configurations SearchPlans would consider (for --help texts and tests). A profile measured at
-/// several micro-batch sizes is evaluated at each configuration's own size (profile_sizes.h): those
-/// profiles go into `sized_profiles`, which must outlive the problems (they point into it).
+/// several micro-batch sizes is evaluated at each configuration's own size (profile_sizes.h), and
+/// each t at its own profile: those profiles go into `profiles`, which must outlive the problems
+/// (they point into it); without it they point at the request's profile (good for counting only).
 /// `oversubscribed`, when given, counts the configurations left out for SearchRequest::oversubscribe.
-std::vector<PartitionProblem> Configurations(const SearchRequest& request,
-                                             std::map<int64_t, Profile>* sized_profiles = nullptr,
+std::vector<PartitionProblem> Configurations(const SearchRequest& request, ProfileStore* profiles = nullptr,
                                              size_t* oversubscribed = nullptr);
 
 /// How many ranks a node of the request's profile computes at full speed at once, when the

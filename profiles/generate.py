@@ -104,6 +104,11 @@ class Layer:
     saved_bytes: int
     output_bytes: int
     input_saved_bytes: int = 0
+    # Under tensor parallelism: bytes whose ring all-reduce over the t devices costs what the
+    # layer's collectives cost in its forward / its backward (an all-gather or a reduce-scatter
+    # of an n-byte tensor counts n/2, an all-reduce n).
+    forward_collective_bytes: float = 0.0
+    backward_collective_bytes: float = 0.0
 
     @property
     def activation_bytes(self) -> int:
@@ -190,32 +195,43 @@ def transformer_block_activation_bytes(s, b, h, a, f, dt):
     return elems * dt + masks * MASK_BYTES
 
 
-def transformer_block(name, s, b, h, a, f, dt):
+def transformer_block(name, s, b, h, a, f, dt, tp=1):
+    """One block; with tp > 1 one device's share under Megatron-LM tensor parallelism with sequence
+    parallelism (Korthikanti et al. 2022): QKV and fc1 column-parallel, projection and fc2
+    row-parallel, a/tp heads per device, layer norms, dropout and residuals on s/tp of the
+    sequence. Activations (sec. 4.2.2: s*b*h*(34/t + 5*a*s/(h*t))), the output sent onward and the
+    split weights divide by tp; biases of the row-parallel GEMMs and the layer norms are replicated.
+    Collectives: an all-gather before QKV and fc1 and a reduce-scatter after the projection and
+    fc2, of an s*b*h tensor each, in the forward; their reverse in the backward."""
     t = s * b
+    ts = t // tp                 # tokens of the sequence-parallel regions
     d = h // a
-    att = a * s * s * b          # elements of one attention-score tensor
+    att = a * s * s * b // tp    # elements of one device's attention-score tensor
     # dropout + residual add; backward also sums the skip-path gradient (read 2, write 1)
-    residual = elementwise("dropout+residual", t * h * (3 * dt + MASK_BYTES),
-                           t * h * (5 * dt + MASK_BYTES))
+    residual = elementwise("dropout+residual", ts * h * (3 * dt + MASK_BYTES),
+                           ts * h * (5 * dt + MASK_BYTES))
     ops = [
-        elementwise("layernorm1", 2 * t * h * dt, 3 * t * h * dt),
-        gemm("qkv", t, h, 3 * h, dt),
-        gemm("scores QK^T", s, d, s, dt, count=b * a, weight=False),
+        elementwise("layernorm1", 2 * ts * h * dt, 3 * ts * h * dt),
+        gemm("qkv", t, h, 3 * h // tp, dt),
+        gemm("scores QK^T", s, d, s, dt, count=b * a // tp, weight=False),
         elementwise("scale+mask+softmax", 2 * att * dt, 3 * att * dt),
         elementwise("attention dropout", att * (2 * dt + MASK_BYTES), att * (2 * dt + MASK_BYTES)),
-        gemm("scores @ V", s, s, d, dt, count=b * a, weight=False),
-        gemm("projection", t, h, h, dt),
+        gemm("scores @ V", s, s, d, dt, count=b * a // tp, weight=False),
+        gemm("projection", t, h // tp, h, dt),
         residual,
-        elementwise("layernorm2", 2 * t * h * dt, 3 * t * h * dt),
-        gemm("fc1", t, h, f, dt),
-        elementwise("gelu", 2 * t * f * dt, 3 * t * f * dt),
-        gemm("fc2", t, f, h, dt),
+        elementwise("layernorm2", 2 * ts * h * dt, 3 * ts * h * dt),
+        gemm("fc1", t, h, f // tp, dt),
+        elementwise("gelu", 2 * t * f // tp * dt, 3 * t * f // tp * dt),
+        gemm("fc2", t, f // tp, h, dt),
         residual,
     ]
-    params = (h * 3 * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h) + 2 * (2 * h)
+    params = ((h * 3 * h + 3 * h) // tp + (h * h) // tp + h + (h * f + f) // tp + (f * h) // tp + h
+              + 2 * (2 * h))
+    collectives = 0.0 if tp == 1 else 4 * (t * h * dt) / 2
     # Korthikanti's count includes the first layer norm's input: the block's input.
-    return Layer(name, ops, params, transformer_block_activation_bytes(s, b, h, a, f, dt),
-                 t * h * dt, input_saved_bytes=t * h * dt)
+    return Layer(name, ops, params, transformer_block_activation_bytes(s, b, h, a, f, dt) // tp,
+                 ts * h * dt, input_saved_bytes=ts * h * dt,
+                 forward_collective_bytes=collectives, backward_collective_bytes=collectives)
 
 
 def dense_embedding_grad_bytes(rows, h, t, dt):
@@ -225,92 +241,136 @@ def dense_embedding_grad_bytes(rows, h, t, dt):
     return 4 * rows * h * dt + 3 * t * h * dt + t * INDEX_BYTES
 
 
-def gpt_embedding(spec: TransformerSpec, b, dt):
+def gpt_embedding(spec: TransformerSpec, b, dt, tp=1):
+    """With tp > 1 vocabulary-parallel (V/tp rows per device, every token looked up, rows outside
+    masked) and reduce-scattered onto s/tp of the sequence, where positions and dropout apply
+    (the position table is replicated, as in Megatron-LM)."""
     h, v, t = spec.hidden, spec.vocab, spec.seq * b
+    ts = t // tp
     fwd = (t * INDEX_BYTES + 2 * t * h * dt          # gather token rows
-           + 3 * t * h * dt                          # add position rows (read 2, write 1)
-           + t * h * (2 * dt + MASK_BYTES))          # dropout
-    bin_ = t * h * (2 * dt + MASK_BYTES)             # dropout backward
-    bwt = dense_embedding_grad_bytes(v, h, t, dt)
+           + 3 * ts * h * dt                         # add position rows (read 2, write 1)
+           + ts * h * (2 * dt + MASK_BYTES))         # dropout
+    bin_ = ts * h * (2 * dt + MASK_BYTES)            # dropout backward
+    bwt = dense_embedding_grad_bytes(v // tp, h, t, dt)
     if spec.positions:
-        bwt += t * h * dt + spec.positions * h * dt  # position gradient: sum over the micro-batch
+        bwt += ts * h * dt + spec.positions * h * dt  # position gradient: sum over the micro-batch
     ops = [elementwise("token+position embedding, dropout", fwd, bin_, bwt)]
-    params = v * h + spec.positions * h
-    activation = t * INDEX_BYTES + t * h * MASK_BYTES   # ids (for the scatter) + dropout mask
-    return Layer("embedding", ops, params, activation, t * h * dt, input_saved_bytes=t * INDEX_BYTES)
+    params = v * h // tp + spec.positions * h
+    activation = t * INDEX_BYTES + ts * h * MASK_BYTES  # ids (for the scatter) + dropout mask
+    collective = 0.0 if tp == 1 else t * h * dt / 2    # reduce-scatter; all-gather of its gradient
+    return Layer("embedding", ops, params, activation, ts * h * dt, input_saved_bytes=t * INDEX_BYTES,
+                 forward_collective_bytes=collective, backward_collective_bytes=collective)
 
 
-def bert_embedding(spec: TransformerSpec, b, dt):
+def bert_embedding(spec: TransformerSpec, b, dt, tp=1):
+    """With tp > 1 the word table is vocabulary-parallel and reduce-scattered onto s/tp of the
+    sequence; positions, token types, the layer norm and dropout apply there (replicated tables)."""
     h, v, t = spec.hidden, spec.vocab, spec.seq * b
+    ts = t // tp
     types = 2
-    fwd = (2 * t * INDEX_BYTES + 3 * 2 * t * h * dt  # gather word, position, token-type rows
-           + 2 * 3 * t * h * dt                      # two adds
-           + 2 * t * h * dt                          # layer norm
-           + t * h * (2 * dt + MASK_BYTES))          # dropout
-    bin_ = t * h * (2 * dt + MASK_BYTES) + 3 * t * h * dt   # dropout + layer-norm backward
-    bwt = (dense_embedding_grad_bytes(v, h, t, dt)
-           + t * h * dt + spec.positions * h * dt
-           + t * h * dt + types * h * dt)
+    fwd = (2 * t * INDEX_BYTES + 2 * t * h * dt      # gather word rows (every token)
+           + 2 * 2 * ts * h * dt                     # gather position and token-type rows
+           + 2 * 3 * ts * h * dt                     # two adds
+           + 2 * ts * h * dt                         # layer norm
+           + ts * h * (2 * dt + MASK_BYTES))         # dropout
+    bin_ = ts * h * (2 * dt + MASK_BYTES) + 3 * ts * h * dt   # dropout + layer-norm backward
+    bwt = (dense_embedding_grad_bytes(v // tp, h, t, dt)
+           + ts * h * dt + spec.positions * h * dt
+           + ts * h * dt + types * h * dt)
     ops = [elementwise("word+position+type embedding, layernorm, dropout", fwd, bin_, bwt)]
-    params = v * h + spec.positions * h + types * h + 2 * h
+    params = v * h // tp + spec.positions * h + types * h + 2 * h
     # word ids + type ids, layer-norm input, dropout mask
-    activation = 2 * t * INDEX_BYTES + t * h * dt + t * h * MASK_BYTES
-    return Layer("embedding", ops, params, activation, t * h * dt, input_saved_bytes=2 * t * INDEX_BYTES)
+    activation = 2 * t * INDEX_BYTES + ts * h * dt + ts * h * MASK_BYTES
+    collective = 0.0 if tp == 1 else t * h * dt / 2
+    return Layer("embedding", ops, params, activation, ts * h * dt, input_saved_bytes=2 * t * INDEX_BYTES,
+                 forward_collective_bytes=collective, backward_collective_bytes=collective)
 
 
 def cross_entropy(t, v, dt):
     """fp32 softmax cross-entropy over bf16 logits: read logits, write fp32 log-probs, read them
-    again for the loss; backward reads the fp32 probabilities and writes the bf16 logit grad."""
+    again for the loss; backward reads the fp32 probabilities and writes the bf16 logit grad.
+    (`v`: the vocabulary columns of one device.)"""
     return elementwise("softmax cross-entropy (fp32)",
                        t * v * (dt + 2 * LOSS_DTYPE_BYTES) + t * INDEX_BYTES,
                        t * v * (LOSS_DTYPE_BYTES + dt) + t * INDEX_BYTES)
 
 
-def gpt_head(spec: TransformerSpec, b, dt):
+def parallel_head_collectives(t, h, dt, tp):
+    """Vocabulary-parallel head: the all-gather of its s/tp-sharded input (and the reduce-scatter of
+    that input's gradient), and the loss's three all-reduces of one fp32 value per token (the
+    logits' max, the sum of exponentials, the target's logit)."""
+    if tp == 1:
+        return 0.0, 0.0
+    return t * h * dt / 2 + 3 * t * LOSS_DTYPE_BYTES, t * h * dt / 2
+
+
+def gpt_head(spec: TransformerSpec, b, dt, tp=1):
+    """With tp > 1 the final layer norm on s/tp of the sequence, the LM head column-parallel over
+    the vocabulary and Megatron-LM's vocabulary-parallel cross-entropy."""
     h, v, t = spec.hidden, spec.vocab, spec.seq * b
+    ts = t // tp
     ops = [
-        elementwise("final layernorm", 2 * t * h * dt, 3 * t * h * dt),
-        gemm("lm head", t, h, v, dt),
-        cross_entropy(t, v, dt),
+        elementwise("final layernorm", 2 * ts * h * dt, 3 * ts * h * dt),
+        gemm("lm head", t, h, v // tp, dt),
+        cross_entropy(t, v // tp, dt),
     ]
-    params = 2 * h + h * v                    # final LN + untied LM head (no bias)
+    params = 2 * h + h * v // tp              # final LN + untied LM head (no bias)
     # LN input, LM-head input, fp32 logits/softmax kept by the loss (Korthikanti et al. 4sbv)
-    activation = 2 * t * h * dt + t * v * max(dt, LOSS_DTYPE_BYTES)
-    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES, input_saved_bytes=t * h * dt)
+    activation = 2 * ts * h * dt + t * (v // tp) * max(dt, LOSS_DTYPE_BYTES)
+    fwd_c, bwd_c = parallel_head_collectives(t, h, dt, tp)
+    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES, input_saved_bytes=ts * h * dt,
+                 forward_collective_bytes=fwd_c, backward_collective_bytes=bwd_c)
 
 
-def bert_head(spec: TransformerSpec, b, dt):
+def bert_head(spec: TransformerSpec, b, dt, tp=1):
+    """With tp > 1 the pooler, NSP classifier and MLM transform replicated (the MLM transform on
+    s/tp of the sequence), the decoder column-parallel over the vocabulary, the loss
+    vocabulary-parallel."""
     h, v, t = spec.hidden, spec.vocab, spec.seq * b
+    ts = t // tp
     ops = [
         gemm("pooler dense ([CLS])", b, h, h, dt),
         elementwise("pooler tanh", 2 * b * h * dt, 3 * b * h * dt),
         gemm("nsp classifier", b, h, 2, dt),
-        gemm("mlm transform dense", t, h, h, dt),
-        elementwise("mlm gelu", 2 * t * h * dt, 3 * t * h * dt),
-        elementwise("mlm layernorm", 2 * t * h * dt, 3 * t * h * dt),
-        gemm("mlm decoder", t, h, v, dt),
-        cross_entropy(t, v, dt),
+        gemm("mlm transform dense", ts, h, h, dt),
+        elementwise("mlm gelu", 2 * ts * h * dt, 3 * ts * h * dt),
+        elementwise("mlm layernorm", 2 * ts * h * dt, 3 * ts * h * dt),
+        gemm("mlm decoder", t, h, v // tp, dt),
+        cross_entropy(t, v // tp, dt),
     ]
     params = ((h * h + h) + (h * 2 + 2)                 # pooler, NSP classifier
-              + (h * h + h) + 2 * h + (h * v + v))      # MLM transform, LN, untied decoder + bias
+              + (h * h + h) + 2 * h + (h * v + v) // tp)  # MLM transform, LN, untied decoder + bias
     activation = (2 * b * h * dt                        # pooler input, tanh output
-                  + 4 * t * h * dt                      # dense in, GELU in, LN in, decoder in
-                  + t * v * max(dt, LOSS_DTYPE_BYTES))  # fp32 logits/softmax
+                  + 4 * ts * h * dt                     # dense in, GELU in, LN in, decoder in
+                  + t * (v // tp) * max(dt, LOSS_DTYPE_BYTES))  # fp32 logits/softmax
+    fwd_c, bwd_c = parallel_head_collectives(t, h, dt, tp)
     # the MLM dense input is the head's input
-    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES, input_saved_bytes=t * h * dt)
+    return Layer("head", ops, params, activation, LOSS_DTYPE_BYTES, input_saved_bytes=ts * h * dt,
+                 forward_collective_bytes=fwd_c, backward_collective_bytes=bwd_c)
 
 
-def transformer_layers(spec: TransformerSpec, dt):
+def transformer_layers(spec: TransformerSpec, dt, tp=1):
     b = spec.microbatch
     s, h, a, f = spec.seq, spec.hidden, spec.heads, spec.ffn
     if spec.style == "bert":
-        first, last = bert_embedding(spec, b, dt), bert_head(spec, b, dt)
+        first, last = bert_embedding(spec, b, dt, tp), bert_head(spec, b, dt, tp)
     else:
-        first, last = gpt_embedding(spec, b, dt), gpt_head(spec, b, dt)
+        first, last = gpt_embedding(spec, b, dt, tp), gpt_head(spec, b, dt, tp)
     width = len(str(spec.layers - 1))
-    blocks = [transformer_block(f"block{i:0{width}d}", s, b, h, a, f, dt)
+    blocks = [transformer_block(f"block{i:0{width}d}", s, b, h, a, f, dt, tp)
               for i in range(spec.layers)]
     return [first] + blocks + [last]
+
+
+# Tensor-parallel sizes written for the transformers: the divisors of an 8-GPU node above 1 that
+# divide the heads, the FFN width, the vocabulary rows used and the sequence (sequence parallelism).
+TENSOR_PARALLEL_SIZES = (2, 4, 8)
+
+
+def tensor_parallel_sizes(spec: TransformerSpec):
+    return [tp for tp in TENSOR_PARALLEL_SIZES
+            if spec.heads % tp == 0 and spec.ffn % tp == 0 and spec.hidden % tp == 0
+            and (spec.seq * spec.microbatch) % tp == 0]
 
 
 def transformer_input_bytes(spec: TransformerSpec):
@@ -555,11 +615,11 @@ def bytes_per(dtype: str) -> int:
     return {"bf16": 2, "fp16": 2, "fp32": 4}[dtype]
 
 
-def profile_dict(model, dev: Device, microbatch, dtype, input_bytes, source, layers):
+def layer_rows(layers, dev: Device, dtype, collectives=False):
     rows = []
     for l in layers:
         fwd, bwd, bwt = layer_times(l, dev)
-        rows.append({
+        row = {
             "name": l.name,
             "forward_ms": sig(fwd),
             "backward_ms": sig(bwd),
@@ -567,8 +627,18 @@ def profile_dict(model, dev: Device, microbatch, dtype, input_bytes, source, lay
             "param_bytes": l.params * bytes_per(dtype),
             "activation_bytes": int(l.activation_bytes),
             "output_bytes": int(l.output_bytes),
-        })
-    return {
+        }
+        if collectives:
+            row["forward_collective_bytes"] = int(round(l.forward_collective_bytes))
+            row["backward_collective_bytes"] = int(round(l.backward_collective_bytes))
+        rows.append(row)
+    return rows
+
+
+def profile_dict(model, dev: Device, microbatch, dtype, input_bytes, source, layers, tp_layers=None):
+    """`tp_layers`: {tp: layers} for tensor_parallel_measurements (each device's share)."""
+    rows = layer_rows(layers, dev, dtype)
+    doc = {
         "format": PROFILE_FORMAT,
         "model": model,
         "device": dev.name,
@@ -578,6 +648,12 @@ def profile_dict(model, dev: Device, microbatch, dtype, input_bytes, source, lay
         "source": source,
         "layers": rows,
     }
+    if tp_layers:
+        doc["tensor_parallel_measurements"] = [
+            {"tensor_parallel": tp, "input_bytes": int(input_bytes),
+             "layers": layer_rows(tl, dev, dtype, collectives=True)}
+            for tp, tl in sorted(tp_layers.items())]
+    return doc
 
 
 def render(doc: dict) -> str:
@@ -591,6 +667,17 @@ def render(doc: dict) -> str:
             for j, row in enumerate(v):
                 rc = "," if j + 1 < len(v) else ""
                 lines.append("  " + json.dumps(row, separators=(", ", ": ")) + rc)
+            lines.append(" ]" + comma)
+        elif k == "tensor_parallel_measurements":
+            lines.append(f' "tensor_parallel_measurements": [')
+            for j, point in enumerate(v):
+                pc = "," if j + 1 < len(v) else ""
+                lines.append(f'  {{"tensor_parallel": {point["tensor_parallel"]}, '
+                             f'"input_bytes": {point["input_bytes"]}, "layers": [')
+                for m, row in enumerate(point["layers"]):
+                    rc = "," if m + 1 < len(point["layers"]) else ""
+                    lines.append("   " + json.dumps(row, separators=(", ", ": ")) + rc)
+                lines.append("  ]}" + pc)
             lines.append(" ]" + comma)
         else:
             body = json.dumps(v, indent=1).replace("\n", "\n ")
@@ -746,9 +833,11 @@ def build_all():
         layers = transformer_layers(spec, bytes_per(spec.dtype))
         check_transformer(spec, layers)
         for dev in DEVICES:
+            tp_layers = {tp: transformer_layers(spec, bytes_per(spec.dtype), tp)
+                         for tp in tensor_parallel_sizes(spec)}
             doc = profile_dict(spec.key, dev, spec.microbatch, spec.dtype,
                                transformer_input_bytes(spec), transformer_source(spec, dev),
-                               layers)
+                               layers, tp_layers)
             path = f"{spec.key}-{dev.key}.json"
             out.append((path, render(doc), summary(path, layers, doc)))
     layers = resnet152_layers(2)

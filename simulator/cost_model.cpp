@@ -9,6 +9,7 @@
 #include "core/schedule/placement.h"
 #include "core/text.h"
 #include "simulator/layer_table.h"
+#include "simulator/tensor_parallel.h"
 
 namespace gpipe {
 namespace {
@@ -28,21 +29,33 @@ Status CheckWeightTimes(const Profile& profile, const StagePlan& stage, const st
 }
 
 Expected<CostModel> BuildCostModel(const Plan& plan) {
+  // A plan with t > 1 whose profile is the at_plan_t model's is priced at t (the planner's plans
+  // embed the profile at their t already, which this leaves as it is).
+  Profile at_t;
+  if (plan.tensor_parallel != plan.profile.tensor_parallel) {
+    Expected<Profile> derived = ProfileAtTensorParallel(plan.profile, plan.tensor_parallel, plan.cluster);
+    if (!derived.ok()) return derived.status();
+    at_t = std::move(*derived);
+  }
+  const Profile& at_plan_t = plan.tensor_parallel != plan.profile.tensor_parallel ? at_t : plan.profile;
   CostModel model;
   model.microbatch_size = plan.microbatch_size();
   model.global_batch = plan.global_batch;
   // A profile measured at several sizes answers at this size; one measured at one size scales.
-  const bool several_sizes = MeasuredMicrobatchSizes(plan.profile).size() > 1;
+  const bool several_sizes = MeasuredMicrobatchSizes(at_plan_t).size() > 1;
   // Co-located ranks probed at several sizes answer at this size too, whatever the layers do.
-  const bool costs_by_size = plan.profile.step_costs && !plan.profile.step_costs->by_microbatch_size.empty();
-  Profile sized = several_sizes ? ProfileAtMicrobatch(plan.profile, model.microbatch_size, &model.profile_note)
-                                : costs_by_size ? plan.profile : Profile();
+  const bool costs_by_size = at_plan_t.step_costs && !at_plan_t.step_costs->by_microbatch_size.empty();
+  Profile sized = several_sizes ? ProfileAtMicrobatch(at_plan_t, model.microbatch_size, &model.profile_note)
+                                : costs_by_size ? at_plan_t : Profile();
   if (!several_sizes && costs_by_size) sized.step_costs = sized.step_costs->AtMicrobatch(model.microbatch_size);
-  const Profile& profile = several_sizes || costs_by_size ? sized : plan.profile;
+  const Profile& profile = several_sizes || costs_by_size ? sized : at_plan_t;
   model.scale = static_cast<double>(model.microbatch_size) / static_cast<double>(profile.microbatch_size);
   if (!several_sizes && model.scale != 1.0) {
     model.profile_note = "the profile measured micro-batches of " + std::to_string(profile.microbatch_size) +
                          "; times and activations are scaled linearly by " + FormatScale(model.scale);
+  }
+  if (const auto note = at_plan_t.extra.find("tensor_parallel_note"); note != at_plan_t.extra.end() && note->is_string()) {
+    model.profile_note += (model.profile_note.empty() ? "" : "; ") + note->get<std::string>();
   }
   const bool split = SplitsBackward(plan.schedule);
   const std::optional<Calibration> effective = EffectiveCalibration(profile, plan.cluster, plan.optimizer);
@@ -52,14 +65,16 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   } else if (profile.step_costs) {
     model.calibration_note = "optimizer, per-step overhead and co-located ranks as the profiler measured them";
     std::string at_size;
-    plan.profile.step_costs->AtMicrobatch(model.microbatch_size, &at_size);
+    at_plan_t.step_costs->AtMicrobatch(model.microbatch_size, &at_size);
     if (!at_size.empty()) model.calibration_note += " (" + at_size + ")";
   } else {
     model.calibration_note = "the profile has no step_costs and the cluster no calibration: the prediction "
                              "leaves out the optimizer step, the per-step overhead and the slowdown of ranks "
                              "sharing a node (re-profile with gpipe-plan profile, or calibrate from a run)";
   }
-  const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas);
+  const int t = plan.tensor_parallel;
+  // Groups of t devices per node (CPU core sharing is priced per rank; t > 1 needs a GPU profile).
+  const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas * t) / t;
   CoreSharing sharing = CoreSharingOf(profile, plan.cluster, calibration, per_node, plan.num_ranks());
   if (!sharing.active_rate.empty()) {
     model.calibration_note += "; " + std::to_string(per_node) + " ranks share a node that computes " +
@@ -86,7 +101,8 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
                               std::to_string(calibration->compute_scale.size()) +
                               " (under-predicted; re-profile with gpipe-plan profile --ranks-per-node " + std::to_string(per_node) + ")";
   }
-  const LayerTable table(profile, model.scale, plan.optimizer, calibration, sharing.static_ranks);
+  const LayerTable table(profile, model.scale, plan.optimizer, calibration, sharing.static_ranks,
+                         plan.optimizer_shards());
   model.active_rate = std::move(sharing.active_rate);
   for (const StagePlan& stage : plan.stages) {
     if (split) {
@@ -101,7 +117,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   // Plan::DeviceOf recounts the ranks on every call; count them once here.
   const int ranks = plan.num_ranks();
   const auto device = [&](int replica, int rank) {
-    return DeviceOf(plan.placement, ranks, plan.replicas, replica, rank);
+    return DeviceOf(plan.placement, ranks, plan.replicas, replica, rank, t);
   };
   model.links.assign(ranks, std::vector<Link>(ranks));
   for (int from = 0; from < ranks; ++from) {
@@ -119,7 +135,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
     }
     if (any) model.shared_static_bytes = std::move(shared);
   }
-  const std::vector<double> param_bytes = ParamBytesPerRank(plan);
+  const std::vector<double> param_bytes = ParamBytesPerRank(plan, at_plan_t);
   if (calibration != nullptr) {
     model.send_overhead_ms = calibration->send_overhead_ms;
     model.send_issue_bytes_per_s = calibration->send_issue_bytes_per_s;
@@ -130,7 +146,8 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
       if (measured > 0) model.send_overhead_ms = measured;
     }
     model.tail_ms.assign(ranks, 0.0);
-    for (int r = 0; r < ranks; ++r) model.tail_ms[r] = calibration->TailMs(param_bytes[r]);
+    // With a sharded optimizer each replica updates its shard.
+    for (int r = 0; r < ranks; ++r) model.tail_ms[r] = calibration->TailMs(param_bytes[r] / plan.optimizer_shards());
   }
   if (plan.replicas > 1) {
     model.allreduce_ms.assign(ranks, 0.0);
@@ -178,15 +195,17 @@ std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cl
   return measured;
 }
 
-std::vector<double> ParamBytesPerRank(const Plan& plan) {
+std::vector<double> ParamBytesPerRank(const Plan& plan, const Profile& profile) {
   std::vector<LayerRanges> rank_layers(plan.num_ranks());
   for (const StagePlan& stage : plan.stages) rank_layers[stage.rank].emplace_back(stage.first_layer, stage.end_layer);
   std::vector<double> bytes(rank_layers.size(), 0.0);
   for (size_t r = 0; r < rank_layers.size(); ++r) {
-    bytes[r] = static_cast<double>(ParamBytesOfLayers(plan.profile, rank_layers[r]));
+    bytes[r] = static_cast<double>(ParamBytesOfLayers(profile, rank_layers[r]));
   }
   return bytes;
 }
+
+std::vector<double> ParamBytesPerRank(const Plan& plan) { return ParamBytesPerRank(plan, plan.profile); }
 
 int RanksPerNode(const Cluster& cluster, int devices) {
   return cluster.devices_per_node ? std::min(devices, *cluster.devices_per_node) : devices;

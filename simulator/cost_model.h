@@ -173,7 +173,9 @@ struct CostModel {
 };
 
 /// The parameter bytes of each rank's stages (what it all-reduces and updates), each tied
-/// parameter counted once per rank that holds it (ParamBytesOfLayers).
+/// parameter counted once per rank that holds it (ParamBytesOfLayers), per device: from `profile`,
+/// the plan's profile at its t (ProfileAtTensorParallel), or the plan's own.
+std::vector<double> ParamBytesPerRank(const Plan& plan, const Profile& profile);
 std::vector<double> ParamBytesPerRank(const Plan& plan);
 
 /// How many of a plan's `devices` (K x D) share the busiest node of `cluster`.
@@ -212,6 +214,11 @@ std::optional<Calibration> EffectiveCalibration(const Profile& profile, const Cl
 
 /// REQUIRES: ValidatePlan(plan) is ok. Fails when the schedule needs what the profile lacks
 /// (zero-bubble schedules need every layer's backward_weight_ms: CheckWeightTimes).
+/// With t > 1 the stages are priced per device of a group (ProfileAtTensorParallel), the links and
+/// all-reduces between groups are those of the groups' first devices (each of the t devices sends
+/// and all-reduces its share over its own link at once), and with a sharded optimizer the
+/// reduce-scatter and all-gather cost what the all-reduce they replace costs (each moves half its
+/// bytes), the optimizer's tail its shard's.
 Expected<CostModel> BuildCostModel(const Plan& plan);
 
 /// Every layer of `stage` has backward_weight_ms, which a split backward (I, W) needs; else

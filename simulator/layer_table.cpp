@@ -6,14 +6,14 @@
 namespace gpipe {
 
 LayerTable::LayerTable(const Profile& profile, double scale, Optimizer optimizer, const Calibration* calibration,
-                       int ranks_per_node)
+                       int ranks_per_node, int optimizer_shards)
     : profile_(&profile),
       scale_(scale),
       time_scale_(calibration != nullptr ? scale * calibration->ComputeScale(ranks_per_node) : scale),
       forward_overhead_ms_(calibration != nullptr ? calibration->ForwardOverheadMs(ranks_per_node) : 0.0),
       backward_overhead_ms_(calibration != nullptr ? calibration->BackwardOverheadMs(ranks_per_node) : 0.0),
       sends_held_(calibration != nullptr && calibration->sends_held),
-      factor_(StaticBytesPerParamByte(optimizer, profile.dtype)) {
+      factor_(StaticBytesPerParamByte(optimizer, profile.dtype, optimizer_shards)) {
   const int layers = profile.num_layers();
   f_.assign(layers + 1, 0.0);
   b_ = w_ = act_ = param_ = no_grad_ = least_ = f_;

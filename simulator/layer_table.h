@@ -18,8 +18,9 @@ class LayerTable {
  public:
   /// `scale`: plan micro-batch size / profile micro-batch size. With a calibration, times are
   /// also multiplied by its compute scale for `ranks_per_node` and each action gets its overhead.
+  /// `optimizer_shards`: replicas the optimizer's state is sharded over (Plan::optimizer_shards).
   LayerTable(const Profile& profile, double scale, Optimizer optimizer, const Calibration* calibration = nullptr,
-             int ranks_per_node = 1);
+             int ranks_per_node = 1, int optimizer_shards = 1);
 
   int num_layers() const { return static_cast<int>(profile_->layers.size()); }
   double scale() const { return scale_; }

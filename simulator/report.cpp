@@ -83,6 +83,7 @@ nlohmann::json SimResultToJson(const Plan& plan, const SimResult& result) {
 
 std::string PlanTitle(const Plan& plan, const std::string& what) {
   return what + ": " + plan.profile.model + ", " + ScheduleName(plan.schedule) +
+         (plan.tensor_parallel > 1 ? ", t=" + std::to_string(plan.tensor_parallel) : std::string()) +
          ", K=" + std::to_string(plan.num_ranks()) + ", M=" + std::to_string(plan.microbatches);
 }
 
@@ -94,7 +95,15 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
   out += "schedule " + std::string(ScheduleName(plan.schedule)) + ", K=" + std::to_string(ranks) +
          " ranks, " + std::to_string(plan.num_stages()) + " stages, M=" + std::to_string(plan.microbatches) +
          " micro-batches of " + std::to_string(plan.microbatch_size()) + " (global batch " +
-         std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) + ", " + plan.precision() + "\n";
+         std::to_string(plan.global_batch) + "), optimizer " + OptimizerName(plan.optimizer) +
+         (plan.sharded_optimizer ? " sharded over the replicas (ZeRO-1)" : "") + ", " + plan.precision() + "\n";
+  if (plan.tensor_parallel > 1) {
+    out += "tensor parallelism t=" + std::to_string(plan.tensor_parallel) + ": each rank runs on " +
+           std::to_string(plan.tensor_parallel) + " devices of a node, " + std::to_string(plan.tensor_parallel) +
+           " x " + std::to_string(ranks) + " x " + std::to_string(plan.replicas) + " = " +
+           std::to_string(plan.tensor_parallel * ranks * plan.replicas) + " devices; times and memory below are one "
+           "device's\n";
+  }
   const std::string overflows = Overflows(plan, result);
   if (!overflows.empty()) {
     out += "DOES NOT FIT: peak memory exceeds the device's " + FormatMemoryLimit(static_cast<double>(plan.cluster.device_memory_bytes)) +
@@ -128,8 +137,9 @@ std::string FormatSimSummary(const Plan& plan, const CostModel& costs, const Sim
   if (plan.replicas > 1) {
     double allreduce = 0;
     for (double ms : costs.allreduce_ms) allreduce = std::max(allreduce, ms);
-    out += "gradient all-reduce across " + std::to_string(plan.replicas) + " replicas (" +
-           PlacementName(plan.placement) + "): up to " + FormatMs(allreduce) + " after each rank's last backward\n";
+    out += std::string(plan.sharded_optimizer ? "gradient reduce-scatter and weight all-gather" : "gradient all-reduce") +
+           " across " + std::to_string(plan.replicas) + " replicas (" + PlacementName(plan.placement) + "): up to " +
+           FormatMs(allreduce) + " after each rank's last backward\n";
   }
   return out;
 }

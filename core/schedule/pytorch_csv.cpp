@@ -120,6 +120,9 @@ nlohmann::json PytorchStagesJson(const Plan& plan, bool with_communication) {
           {"microbatches", plan.microbatches},
           {"replicas", plan.replicas},
           {"global_batch", plan.global_batch},
+          // The split points assume each rank's layers split over t devices (t = 1: whole).
+          {"tensor_parallel", plan.tensor_parallel},
+          {"sharded_optimizer", plan.sharded_optimizer},
           {"stages", stages}};
 }
 

@@ -45,7 +45,8 @@ const char* PytorchScheduleClass(ScheduleKind kind);
 
 /// What a PyTorch trainer needs besides the CSV (format "gpipe-plan-stages/1"): K, M, D, the
 /// global batch, the PyTorch class that runs the kind, the CSV's format ("compute_only" or
-/// "compute_comms"), and per stage its rank, layers [first, end), their names and remat.
+/// "compute_comms"), t and the optimizer's sharding the split assumes (`tensor_parallel`,
+/// `sharded_optimizer`), and per stage its rank, layers [first, end), their names and remat.
 nlohmann::json PytorchStagesJson(const Plan& plan, bool with_communication);
 
 }  // namespace gpipe

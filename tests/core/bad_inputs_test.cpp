@@ -211,6 +211,17 @@ const Row kRows[] = {
      "ranks on a node, got \"0.3ms\""},
     {C, "/links/1", "{\"from\": 0, \"to\": 1, \"bandwidth_bytes_per_s\": 1e10, \"latency_ms\": 0.1}",
      "cluster.json.links[1].from: the pair 0 -> 1 is in links[0] already; give each directed pair once"},
+    // Profiles: figures under tensor parallelism.
+    {P, "/tensor_parallel_measurements", "[{\"tensor_parallel\": 2, \"layers\": []}]",
+     "profile.json.tensor_parallel_measurements[0].layers: has 0 layers, the profile 3; give every layer's figures at "
+     "this t, in order"},
+    {P, "/tensor_parallel_measurements", "[{\"tensor_parallel\": 1, \"layers\": []}]",
+     "profile.json.tensor_parallel_measurements[0].tensor_parallel: expected a whole number in [2, 65536], got 1"},
+    {P, "/tensor_parallel_measurements", "[{\"tensor_parallel\": 2, \"layers\": [{\"name\": \"a\", \"forward_ms\": 0.5, \"backward_ms\": 1, \"param_bytes\": 5, \"activation_bytes\": 50, \"output_bytes\": 4, \"forward_collective_bytes\": 8, \"backward_collective_bytes\": 8}, {\"name\": \"b\", \"forward_ms\": 0.5, \"backward_ms\": 1, \"param_bytes\": 5, \"activation_bytes\": 50, \"output_bytes\": 4, \"forward_collective_bytes\": 8, \"backward_collective_bytes\": 8}, {\"name\": \"b\", \"forward_ms\": 0.5, \"backward_ms\": 1, \"param_bytes\": 5, \"activation_bytes\": 50, \"output_bytes\": 4, \"forward_collective_bytes\": 8, \"backward_collective_bytes\": 8}]}]",
+     "profile.json.tensor_parallel_measurements[0].layers[2].name: \"b\" where the profile's layers[2] is \"c\"; list "
+     "the layers in the profile's order"},
+    {P, "/tensor_parallel_measurements", "[{\"tensor_parallel\": 2, \"layers\": [{\"name\": \"a\", \"forward_ms\": 0.5, \"backward_ms\": 1, \"param_bytes\": 5, \"activation_bytes\": 50, \"output_bytes\": 4, \"forward_collective_bytes\": 8, \"backward_collective_bytes\": 8}, {\"name\": \"b\", \"forward_ms\": 0.5, \"backward_ms\": 1, \"param_bytes\": 5, \"activation_bytes\": 50, \"output_bytes\": 4, \"forward_collective_bytes\": 8, \"backward_collective_bytes\": 8}, {\"name\": \"c\", \"forward_ms\": 1, \"backward_ms\": 2, \"param_bytes\": 5, \"activation_bytes\": 50, \"output_bytes\": 4}]}]",
+     "profile.json.tensor_parallel_measurements[0].layers[2]: missing required field \"forward_collective_bytes\""},
     // Plans: schedule, stages, batch, the files they name.
     {L, "/schedule", "\"1fb1\"",
      "plan.json.schedule: unknown schedule \"1fb1\"; known: gpipe, 1f1b, interleaved-1f1b, zb-h1, interleaved-zb, zb-v, dualpipe-v; did you mean \"1f1b\"?"},
@@ -248,6 +259,12 @@ const Row kRows[] = {
      "plan.json.global_batch: the global batch 7 does not split into D x M = 1 x 2 micro-batches of whole samples; use a "
      "multiple of 2"},
     {L, "/replicas", "3", "plan.json: K x D = 2 ranks x 3 replicas = 6 devices is more than the cluster's 4"},
+    {L, "/tensor_parallel", "2",
+     "plan.json.tensor_parallel: t = 2: the profile prices tensor parallelism t in {1} only (its "
+     "tensor_parallel_measurements; profiles/generate.py writes them for transformers; a measured profile plans with t = 1)"},
+    {L, "/sharded_optimizer", "true",
+     "plan.json.sharded_optimizer: shards the optimizer's state over the D replicas, and the plan has 1; drop it, or "
+     "plan with D >= 2"},
     {L, "/placement", "\"pipeline_major\"",
      "plan.json.placement: unknown placement \"pipeline_major\"; known: pipeline-major, replica-major; did you mean \"pipeline-major\"?"},
     {L, "/optimizer", "\"adamw\"",

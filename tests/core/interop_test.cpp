@@ -100,6 +100,14 @@ TEST(MegatronLayout, StagesInOrderWithEmbeddingAndLoss) {
   EXPECT_EQ(*MegatronLayout(GptPlan(ScheduleKind::kInterleaved1F1B, 2, 2, 4)), "Ett|t*3|t*3|ttL");
   EXPECT_EQ(*MegatronFlags(GptPlan(ScheduleKind::kGpipe, 3, 1, 4, 7)),
             "--pipeline-model-parallel-size 3 --pipeline-model-parallel-layout \"Et|tt|ttL\"");
+  // Tensor parallelism and the sharded optimizer, as a GPT-3 175B plan on 1,024 GPUs writes them.
+  Plan sharded = GptPlan(ScheduleKind::k1F1B, 2, 1, 4);
+  sharded.tensor_parallel = 8;
+  sharded.replicas = 2;
+  sharded.sharded_optimizer = true;
+  EXPECT_EQ(*MegatronFlags(sharded),
+            "--tensor-model-parallel-size 8 --sequence-parallel --pipeline-model-parallel-size 2 "
+            "--pipeline-model-parallel-layout \"Et*5|t*5L\" --use-distributed-optimizer");
 }
 
 TEST(MegatronLayout, RefusesWhatMegatronCannotSay) {

@@ -91,6 +91,44 @@ def replicas_over_gloo(binary, tmp):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(a)), (losses(rec), losses(record(local)))
 
 
+def sharded_optimizer_over_gloo(binary, tmp):
+    """ZeRO-1 over Gloo's reduce-scatter and all-gather (two replicas of a one-stage pipeline, Adam
+    on models/tiny-gpt.json): the weights after three steps equal the unsharded
+    run's and the in-process sharded run's; the record says the plan's sharding."""
+    import torch
+    from safetensors.torch import load_file
+    saved = {}
+    for sharded in ("on", "off"):
+        p = os.path.join(tmp, f"p-{sharded}.json")
+        sh([binary, "plan", "--profile", PROFILE, "--cluster", CLUSTER, "--global-batch", "16", "--stages", "1",
+            "--replicas", "2", "--microbatches", "2", "--schedule", "1f1b", "--sharded-optimizer", sharded, "-o", p])
+        assert record(p).get("sharded_optimizer", False) == (sharded == "on"), record(p)
+        saved[sharded] = os.path.join(tmp, f"w-{sharded}.safetensors")
+        sh([binary, "run", p, "--model", MODEL, "--steps", "3", "--save-weights", saved[sharded]])
+        if sharded == "on":
+            saved["local"] = os.path.join(tmp, "w-local.safetensors")
+            sh([binary, "run", p, "--model", MODEL, "--steps", "3", "--save-weights", saved["local"], "--in-process"])
+    a, b, c = (load_file(saved[k]) for k in ("on", "off", "local"))
+    assert a.keys() == b.keys() == c.keys() and a, (a.keys(), b.keys())
+    for name in a:
+        assert torch.allclose(a[name], b[name], rtol=0, atol=1e-6), (name, (a[name] - b[name]).abs().max())
+        assert torch.allclose(a[name], c[name], rtol=0, atol=1e-6), (name, (a[name] - c[name]).abs().max())
+
+
+def tensor_parallel_refused(binary, tmp):
+    """A plan with t > 1 plans and simulates; run refuses it with one line naming t."""
+    p = os.path.join(tmp, "t8.json")
+    sh([binary, "plan", "--profile", os.path.join(SOURCE, "profiles", "gpt3-13b-a100-80gb.json"), "--cluster",
+        os.path.join(SOURCE, "profiles", "clusters", "a100-80gb-8.json"), "--global-batch", "64",
+        "--tensor-parallel", "8", "-o", p])
+    assert record(p)["tensor_parallel"] == 8
+    sh([binary, "simulate", p])
+    result = sh([binary, "run", p, "--model", MODEL, "--steps", "1"], check=False)
+    assert result.returncode == 1, result
+    lines = [l for l in result.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and "t = 8 devices (tensor parallelism)" in lines[0], result.stderr
+
+
 def two_nodes_loopback(binary, tmp):
     """Two launcher invocations on loopback acting as two nodes form one pipeline."""
     p = plan(binary, tmp, "p", stages=2, microbatches=2, schedule="gpipe")
@@ -855,7 +893,7 @@ def gpt2_bf16(binary, tmp):
 
 
 CASES = {f.__name__: f for f in [inplace_first_layer, resnet18_torchvision, bad_scripted_layers, gpt2_transformers, gpt2_recipe_tied_clip, gpt2_weights_to_pytorch, llama_weights_to_pytorch, user_token_data, npy_images, gpt2_bf16,
-                                  llama_tuple_boundaries, bad_python_models, first_failure_named, two_ranks_record, replicas_over_gloo, two_nodes_loopback, resume_equals_uninterrupted,
+                                  llama_tuple_boundaries, bad_python_models, first_failure_named, two_ranks_record, replicas_over_gloo, sharded_optimizer_over_gloo, tensor_parallel_refused, two_nodes_loopback, resume_equals_uninterrupted,
                                   resume_other_plan_refused, checkpoint_disk_full, rank_killed, interrupted_launcher, rendezvous_on_loopback, bad_input,
                                   torchscript_model, profile_then_plan, validate_compare_calibrate]}
 
