@@ -10,7 +10,9 @@ namespace {
 
 std::string Describe(const Plan& plan) {
   const int64_t size = plan.microbatch_size();
-  return std::string(ScheduleName(plan.schedule)) + ", K=" + std::to_string(plan.num_ranks()) +
+  return std::string(ScheduleName(plan.schedule)) +
+         (plan.tensor_parallel > 1 ? ", t=" + std::to_string(plan.tensor_parallel) : std::string()) +
+         ", K=" + std::to_string(plan.num_ranks()) +
          (plan.replicas > 1 ? ", D=" + std::to_string(plan.replicas) : std::string()) + ", M=" +
          std::to_string(plan.microbatches) + " micro-batches of " + std::to_string(size) + " sample" +
          (size == 1 ? "" : "s") + ", remat on " + std::to_string(RematStages(plan)) + " of " +
@@ -36,6 +38,7 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   report.devices = request.cluster.devices;
   report.global_batch = request.global_batch;
   report.remat_allowed = request.remat != RematPolicy::kOff;
+  report.max_tensor_parallel = request.tensor_parallel.value_or(request.profile.TensorParallelSizes().back());
   report.pinned = request.ranks || request.replicas || request.microbatches || request.schedule || request.chunks;
   if (Expected<LeastMemory> least = LeastMemoryOn(request, request.cluster.devices); least.ok()) {
     report.least = std::move(*least);
@@ -103,6 +106,12 @@ std::string FormatInfeasible(const InfeasibleReport& report) {
            ".\n";
   } else {
     out += "No number of devices is enough at this batch: even one layer per device does not fit.\n";
+  }
+  if (report.max_tensor_parallel > 1) {
+    out += "(The least-memory figures and the fewest devices come from a program that splits no layer, t = 1, and "
+           "a search just below that count; tensor parallelism, up to t = " + std::to_string(report.max_tensor_parallel) +
+           " with this profile, holds a share of each layer per device and may fit on fewer: try --devices N with a "
+           "multiple of t.)\n";
   }
   if (!report.changes.empty()) {
     out += "On these " + std::to_string(report.devices) + " devices a plan fits with:\n";

@@ -40,6 +40,9 @@ struct InfeasibleReport {
   bool pinned = false;
   /// Whether remat was allowed (--remat auto or on): then the least-memory plans use it.
   bool remat_allowed = true;
+  /// The largest t the profile prices (1: none beyond). The least-memory programs split no layer
+  /// (t = 1), so with t > 1 a plan may fit on fewer devices than `fewest` says.
+  int max_tensor_parallel = 1;
   std::vector<FittingChange> changes;
 };
 

@@ -171,20 +171,23 @@ TEST(PeakMemoryTest, ARematRanksStashHoldsTheGeneratorStateItReplays) {
   }
 }
 
-// The tiny GPT of models/tiny-gpt.json (4 blocks of width 64, 2 heads, vocabulary 96, sequences of
-// 64) on random tokens.
-ModelSpec TinyGptOfModels() {
+// A tiny GPT of 4 blocks (2 heads, MLP ratio 4) of width `dim`, vocabulary `vocab` and sequences
+// of `seq_len`, on random tokens.
+ModelSpec TinyGptOf(int64_t dim, int64_t vocab, int64_t seq_len) {
   ModelSpec model = testing::TinyGpt(/*blocks=*/4);
-  model.input.vocab = 96;
-  model.input.seq_len = 64;
+  model.input.vocab = vocab;
+  model.input.seq_len = seq_len;
   for (LayerSpec& layer : model.layers) {
-    layer.dim = 64;
-    layer.vocab = 96;
-    layer.max_seq = 64;
+    layer.dim = dim;
+    layer.vocab = vocab;
+    layer.max_seq = seq_len;
     layer.mlp_ratio = 4;
   }
   return model;
 }
+
+// The tiny GPT of models/tiny-gpt.json (width 64, vocabulary 96, sequences of 64).
+ModelSpec TinyGptOfModels() { return TinyGptOf(64, 96, 64); }
 
 // bf16 (executor/precision.h): the tiny GPT profiled under autocast and run in bf16 with
 // Adam, each rank's peak against the model fed that profile: fp32 weights, gradients and moments
@@ -220,15 +223,7 @@ TEST(PeakMemoryTest, ABf16RankPeaksWhereTheModelSays) {
 // and 4: every rank within 10% of the model (-2.2% at K=1 D=2, -0.0% at D=4, +0.0% and -5.3% at
 // K=2 D=2, 2026-12-06), and more than 10% under the model's unsharded count.
 TEST(PeakMemoryTest, AShardedOptimizerRankPeaksWhereTheModelSays) {
-  ModelSpec model = testing::TinyGpt(/*blocks=*/4);
-  model.input.vocab = 512;
-  model.input.seq_len = 8;
-  for (LayerSpec& layer : model.layers) {
-    layer.dim = 128;
-    layer.vocab = 512;
-    layer.max_seq = 8;
-    layer.mlp_ratio = 4;
-  }
+  const ModelSpec model = TinyGptOf(/*dim=*/128, /*vocab=*/512, /*seq_len=*/8);
   const Profile profile = Profiled(model);
   for (int ranks : {1, 2}) {
     for (int replicas : {2, 4}) {

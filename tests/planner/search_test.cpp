@@ -17,33 +17,11 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulator.h"
 #include "tests/planner/brute_force.h"
+#include "tests/planner/small_request.h"
 
 namespace gpipe {
 namespace {
 
-SearchRequest SmallRequest(std::mt19937& rng, int layers) {
-  SearchRequest request;
-  request.profile.model = "small";
-  request.profile.device = "test";
-  request.profile.microbatch_size = 1;
-  for (int l = 0; l < layers; ++l) {
-    LayerProfile layer;
-    layer.name = "l" + std::to_string(l);
-    layer.forward_ms = 0.5 + (rng() % 100) / 40.0;
-    layer.backward_ms = 2 * layer.forward_ms;
-    layer.backward_weight_ms = layer.forward_ms * (0.5 + (rng() % 50) / 100.0);
-    layer.param_bytes = 1'000'000 * (1 + static_cast<int64_t>(rng() % 8));
-    layer.activation_bytes = 4'000'000 * (1 + static_cast<int64_t>(rng() % 8));
-    layer.output_bytes = 1'000'000 * (1 + static_cast<int64_t>(rng() % 8));
-    request.profile.layers.push_back(layer);
-  }
-  request.cluster.devices = 4;
-  request.cluster.devices_per_node = 2;
-  request.cluster.link = Link{10e9, 0.02};
-  request.cluster.inter_node_link = Link{1e9, 0.2};
-  request.global_batch = 8;
-  return request;
-}
 
 // The fastest fitting plan over every configuration, partition and remat choice the request's
 // policy allows (by layer under auto, where one stage per rank); `least_peak`

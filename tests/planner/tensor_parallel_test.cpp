@@ -16,34 +16,24 @@
 #include "simulator/simulator.h"
 #include "simulator/tensor_parallel.h"
 #include "tests/planner/brute_force.h"
+#include "tests/planner/small_request.h"
 
 namespace gpipe {
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-// A random model with figures at t = 2: each layer's compute splits unevenly (a replicated part
-// stays whole), its parameters, activations and output halve, and its collectives move random
-// bytes. Four devices, two per node.
+// SmallRequest's random model with figures at t = 2: each layer's compute splits unevenly (a
+// replicated part stays whole), its parameters, activations and output halve, and its
+// collectives move random bytes. Four devices, two per node.
 SearchRequest TensorParallelRequest(std::mt19937& rng, int layers) {
-  SearchRequest request;
+  SearchRequest request = SmallRequest(rng, layers);
   request.profile.model = "tp";
-  request.profile.device = "test";
-  request.profile.microbatch_size = 1;
   request.profile.input_bytes = 64'000;
   TensorParallelPoint point;
   point.size = 2;
   point.input_bytes = 64'000;
-  for (int l = 0; l < layers; ++l) {
-    LayerProfile layer;
-    layer.name = "l" + std::to_string(l);
-    layer.forward_ms = 0.5 + (rng() % 100) / 40.0;
-    layer.backward_ms = 2 * layer.forward_ms;
-    layer.backward_weight_ms = layer.forward_ms * (0.5 + (rng() % 50) / 100.0);
-    layer.param_bytes = 2'000'000 * (1 + static_cast<int64_t>(rng() % 8));
-    layer.activation_bytes = 8'000'000 * (1 + static_cast<int64_t>(rng() % 8));
-    layer.output_bytes = 2'000'000 * (1 + static_cast<int64_t>(rng() % 8));
-    request.profile.layers.push_back(layer);
+  for (const LayerProfile& layer : request.profile.layers) {
     TensorParallelLayer half{layer, 0.0, 0.0};
     const double kept = 0.5 + (rng() % 30) / 100.0;  // of the time, what one of two devices still spends
     half.layer.forward_ms *= kept;
@@ -57,10 +47,6 @@ SearchRequest TensorParallelRequest(std::mt19937& rng, int layers) {
     point.layers.push_back(half);
   }
   request.profile.tensor_parallel_points.push_back(point);
-  request.cluster.devices = 4;
-  request.cluster.devices_per_node = 2;
-  request.cluster.link = Link{10e9, 0.02};
-  request.cluster.inter_node_link = Link{1e9, 0.2};
   request.global_batch = 4;
   request.optimizer = Optimizer::kAdam;
   return request;
