@@ -11,6 +11,7 @@ counted): 96 B s l h^2 (1 + s/(6h) + V/(16 l h)), over the step and the GPUs; "m
 passes, 72 B s l h^2 (1 + s/(6h) + V/(12 l h)), whatever the plan recomputes.
 
 Usage: python3 bench/megatron_anchor.py [BINARY] [--devices 384,768,1024,1536,4096] [--time-limit S]
+(S: the planner's --time-limit; default 0, every search to the end)
 """
 import argparse
 import json
@@ -39,8 +40,7 @@ def model_flops():
 def plan(binary, devices, extra, time_limit):
     args = [binary, "plan", "--profile", PROFILE, "--cluster", CLUSTER, "--devices", str(devices),
             "--global-batch", str(BATCH), "--json", "-q"] + extra
-    if time_limit:
-        args += ["--time-limit", str(time_limit)]
+    args += ["--time-limit", str(time_limit)]
     start = time.monotonic()
     result = subprocess.run(args, capture_output=True, text=True)
     seconds = time.monotonic() - start
@@ -63,7 +63,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("binary", nargs="?", default=os.path.join(SOURCE, "build-core", "gpipe-plan"))
     parser.add_argument("--devices", default="384,768,1024,1536,4096")
-    parser.add_argument("--time-limit", type=float, default=0)
+    parser.add_argument("--time-limit", type=float, default=0, help="the planner's (default 0: no limit)")
     args = parser.parse_args()
     print("| GPUs | plan | layout | predicted step | TFLOP/s per GPU (paper's count) | model TFLOP/s | peak memory | gap | planner time | paper |")
     print("|---|---|---|---|---|---|---|---|---|---|")

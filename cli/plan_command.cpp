@@ -22,6 +22,10 @@
 namespace gpipe::cli {
 namespace {
 
+// The search's default limit: it stops with the best plan and its gap so far. On the GPT-3 175B
+// profile at 1,024 A100s the full search took 56 s and reached the gap 5 s reach (12.9%).
+constexpr double kDefaultTimeLimitS = 8;
+
 class PlanCommand : public Command {
  public:
   explicit PlanCommand(CLI::App& app) {
@@ -58,7 +62,10 @@ class PlanCommand : public Command {
                  "predictions are too kind (docs/planner.md)");
     app.add_option("--max-nodes", max_nodes_, "Partition-search budget per configuration");
     app.add_option("--time-limit", time_limit_s_,
-                   "Stop after this many seconds with the best plan and its gap so far (default: no limit)");
+                   "Stop after this many seconds with the best plan and its gap so far (default " +
+                       std::to_string(static_cast<int>(kDefaultTimeLimitS)) +
+                       "; 0: no limit, search every configuration to the end). When nothing fits, the report of "
+                       "what would gets as long again");
     app.add_option("--gap", gap_,
                    "Stop once the best plan is within this fraction of the lower bound, e.g. 0.01 for 1% "
                    "(0: search to the end)");
@@ -203,12 +210,10 @@ class PlanCommand : public Command {
     if (max_nodes_ < 1) return Status::Usage("--max-nodes: must be at least 1");
     request.max_nodes = max_nodes_;
     request.oversubscribe = oversubscribe_;
-    if (time_limit_s_) {
-      if (!(*time_limit_s_ > 0) || !std::isfinite(*time_limit_s_)) {
-        return Status::Usage("--time-limit: must be a number of seconds above 0, got " + std::to_string(*time_limit_s_));
-      }
-      request.time_limit_s = *time_limit_s_;
+    if (!(time_limit_s_ >= 0) || !std::isfinite(time_limit_s_)) {
+      return Status::Usage("--time-limit: must be a number of seconds, 0 for no limit, got " + std::to_string(time_limit_s_));
     }
+    if (time_limit_s_ > 0) request.time_limit_s = time_limit_s_;
     if (!(gap_ >= 0) || !std::isfinite(gap_)) {
       return Status::Usage("--gap: must be a fraction at least 0 (0.01 for 1%), got " + std::to_string(gap_));
     }
@@ -237,7 +242,7 @@ class PlanCommand : public Command {
   PictureFlags pictures_;
   int64_t global_batch_ = 0;
   int64_t max_nodes_ = 200'000;
-  std::optional<double> time_limit_s_;
+  double time_limit_s_ = kDefaultTimeLimitS;
   double gap_ = 0;
   std::optional<int> devices_, stages_, replicas_, microbatches_, chunks_, tensor_parallel_;
   std::string sharded_optimizer_ = "auto";

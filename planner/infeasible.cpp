@@ -1,12 +1,17 @@
 #include "planner/infeasible.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
 
 #include "core/units.h"
 #include "planner/remat_choices.h"
 
 namespace gpipe {
 namespace {
+
+constexpr int kByLayerReportLayers = 256;
 
 std::string Describe(const Plan& plan) {
   const int64_t size = plan.microbatch_size();
@@ -34,6 +39,13 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   SearchRequest request = asked;
   request.oversubscribe = true;
   InfeasibleReport report;
+  // By layer, the least-memory program prices every n of every stage: on a thousand layers each
+  // program takes tens of seconds, and the report runs several. Past kByLayerReportLayers it prices
+  // whole stages (an upper bound on what remat by layer needs), and says so.
+  if (request.remat == RematPolicy::kAuto && request.profile.num_layers() > kByLayerReportLayers) {
+    request.remat = RematPolicy::kStages;
+    report.whole_stage_programs = true;
+  }
   report.limit_bytes = static_cast<double>(request.cluster.device_memory_bytes);
   report.devices = request.cluster.devices;
   report.global_batch = request.global_batch;
@@ -50,7 +62,15 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   free.schedule.reset();
   free.chunks.reset();
   free.progress = nullptr;
-  report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()));
+  // The scan for the fewest devices gets the request's time limit of its own, from here.
+  const std::function<double()> clock =
+      request.clock ? request.clock : [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+      };
+  const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
+  const std::function<bool()> time_up = [&] { return std::isfinite(stop_at) && clock() >= stop_at; };
+  report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()), time_up,
+                                &report.fewest_stopped);
 
   // Changes on these devices, each kept only when a plan then fits; remat and the optimizer are
   // checked with the pins kept, so each change is one the user can make alone.
@@ -104,8 +124,15 @@ std::string FormatInfeasible(const InfeasibleReport& report) {
            " per device (run it with --devices " + std::to_string(fewest.devices) + ")" +
            (fewest.proven ? "" : "; the search on one device fewer stopped at its node budget in some configurations") +
            ".\n";
+  } else if (report.fewest_stopped) {
+    out += "Fewest devices that fit at this batch: not found before the time limit (--time-limit; the scan tries "
+           "more devices, then bisects, with the least-memory program on each count).\n";
   } else {
     out += "No number of devices is enough at this batch: even one layer per device does not fit.\n";
+  }
+  if (report.whole_stage_programs) {
+    out += "(With this many layers the least-memory figures remat whole stages, not the first layers of one: "
+           "remat by layer may need somewhat less.)\n";
   }
   if (report.max_tensor_parallel > 1) {
     out += "(The least-memory figures and the fewest devices come from a program that splits no layer, t = 1, and "
@@ -143,6 +170,7 @@ nlohmann::json InfeasibleJson(const InfeasibleReport& report) {
   json["least_memory_bytes"] = report.least ? nlohmann::json(report.least->peak_bytes) : nlohmann::json(nullptr);
   json["least_memory_plan"] = report.least ? plan_json(report.least->plan) : nlohmann::json(nullptr);
   json["fewest_devices"] = report.fewest ? nlohmann::json(report.fewest->devices) : nlohmann::json(nullptr);
+  json["fewest_devices_stopped_by_time"] = report.fewest_stopped;
   if (report.fewest) {
     nlohmann::json plan = plan_json(report.fewest->best.plan);
     plan["peak_memory_bytes"] = report.fewest->best.peak_memory_bytes;

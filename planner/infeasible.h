@@ -34,8 +34,14 @@ struct InfeasibleReport {
   /// be built, e.g. pins that do not go together).
   std::optional<LeastMemory> least;
   /// The fewest devices with a fitting plan at this batch, with K, D, M and the schedule free
-  /// (remat and optimizer as asked), up to one layer per device; absent when none is enough.
+  /// (remat and optimizer as asked), up to one layer per device; absent when none is enough, or
+  /// when the scan ran out of time (`fewest_stopped`: the request's time limit, from the report's
+  /// start).
   std::optional<FewestDevicesResult> fewest;
+  bool fewest_stopped = false;
+  /// The request's remat was auto (by layer) and the profile has so many layers that the report's
+  /// least-memory programs priced whole stages instead (its figures are then upper bounds).
+  bool whole_stage_programs = false;
   /// Whether the request pinned K, D, M or the schedule (the least memory above keeps the pins).
   bool pinned = false;
   /// Whether remat was allowed (--remat auto or on): then the least-memory plans use it.

@@ -1,6 +1,7 @@
 #include "planner/min_devices.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "core/profile_sizes.h"
@@ -78,20 +79,44 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
 
 Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices) { return Least(request, devices, true); }
 
-std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices) {
+std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices,
+                                                 const std::function<bool()>& time_up, bool* stopped) {
   const double limit = static_cast<double>(request.cluster.device_memory_bytes);
   const int replicas = request.replicas.value_or(1);
-  int found = 0;
-  for (int devices = request.cluster.devices + 1; devices <= max_devices && found == 0; ++devices) {
-    if (devices % replicas != 0) continue;
+  if (stopped != nullptr) *stopped = false;
+  const auto out_of_time = [&] {
+    const bool up = time_up && time_up();
+    if (up && stopped != nullptr) *stopped = true;
+    return up;
+  };
+  const auto fits = [&](int devices) {
     Expected<LeastMemory> least = Least(request, devices, false);
-    if (least.ok() && least->peak_bytes <= limit) found = devices;
+    return least.ok() && least->peak_bytes <= limit;
+  };
+  // Counts are whole numbers of replicas; `short_of` does not fit (the cluster's own count, or one
+  // tried), `found` does (0: none yet).
+  const auto round_up = [&](int devices) { return (devices + replicas - 1) / replicas * replicas; };
+  int short_of = request.cluster.devices, found = 0;
+  for (int step = 1; found == 0; step *= 2) {
+    const int devices = std::min(round_up(short_of + step), max_devices / replicas * replicas);
+    if (devices <= short_of || out_of_time()) return std::nullopt;
+    if (fits(devices)) {
+      found = devices;
+    } else {
+      short_of = devices;
+    }
   }
-  if (found == 0) return std::nullopt;
+  while (found - short_of > replicas) {
+    if (out_of_time()) return std::nullopt;
+    const int middle = round_up(short_of + (found - short_of) / 2);
+    if (middle >= found) break;
+    (fits(middle) ? found : short_of) = middle;
+  }
   const auto search_on = [&](int devices) {
     SearchRequest on = request;
     on.cluster = ResizedCluster(request.cluster, devices);
     on.progress = nullptr;
+    if (time_up) on.stop = time_up;
     return SearchPlans(on);
   };
   FewestDevicesResult result;

@@ -297,7 +297,9 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
         return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
       };
   const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
-  const std::function<bool()> time_up = [&] { return std::isfinite(stop_at) && clock() >= stop_at; };
+  const std::function<bool()> time_up = [&] {
+    return (std::isfinite(stop_at) && clock() >= stop_at) || (request.stop && request.stop());
+  };
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
     problem.time_up = time_up;

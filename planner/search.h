@@ -56,6 +56,9 @@ struct SearchRequest {
   /// The clock time_limit_s is measured on, in seconds from any origin (null: the steady wall
   /// clock; planner_bench passes the process's CPU time, so that its limits mean one core's).
   std::function<double()> clock;
+  /// Polled with the time limit (null: never): once true, the search stops as at its time limit (a
+  /// caller's own deadline, e.g. the infeasible report's).
+  std::function<bool()> stop;
   /// Stop once the gap (see SearchResult) is at most this (0: search until every configuration
   /// is done, with the alternatives).
   double target_gap = 0;

@@ -84,9 +84,14 @@ TEST(PlanCommand, ReportsTheGapAndTakesTimeAndGapLimits) {
   const Outcome negative = Cli(Tiny({"--gap", "-1"}));
   EXPECT_EQ(negative.code, 2);
   EXPECT_NE(negative.err.find("--gap: must be a fraction at least 0"), std::string::npos) << negative.err;
-  const Outcome zero = Cli(Tiny({"--time-limit", "0"}));
-  EXPECT_EQ(zero.code, 2);
-  EXPECT_NE(zero.err.find("--time-limit: must be a number of seconds above 0"), std::string::npos) << zero.err;
+  const Outcome below_zero = Cli(Tiny({"--time-limit", "-1"}));
+  EXPECT_EQ(below_zero.code, 2);
+  EXPECT_NE(below_zero.err.find("--time-limit: must be a number of seconds, 0 for no limit"), std::string::npos)
+      << below_zero.err;
+  // 0: no limit, the search to the end (the tiny model is proven optimal either way).
+  const Outcome unlimited = Cli(Tiny({"--time-limit", "0", "--json"}));
+  ASSERT_EQ(unlimited.code, kExitOk) << unlimited.err;
+  EXPECT_TRUE(nlohmann::json::parse(unlimited.out)["prediction"]["proven_optimal"].get<bool>());
 }
 
 TEST(PlanCommand, TightMemoryTurnsOnRematWhereNeeded) {
