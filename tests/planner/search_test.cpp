@@ -265,5 +265,43 @@ TEST(Search, WhenOnlyLeftOutLayoutsFitTheReportNamesOversubscribe) {
   EXPECT_TRUE(asked->best.has_value());
 }
 
+// The report of what would fit: the fewest devices it names fit and one fewer does not (the scan
+// doubles, then bisects; budgets of the least memory on 3 devices); with its time spent before it
+// starts, it says it stopped rather than that no count is enough.
+TEST(Search, TheFewestDevicesFitAndOneFewerDoesNot) {
+  std::mt19937 rng(41);
+  int checked = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    SearchRequest request = SmallRequest(rng, 7);
+    request.cluster.devices = 1;
+    request.cluster.devices_per_node.reset();
+    Expected<LeastMemory> on_three = LeastMemoryOn(request, 3);
+    ASSERT_TRUE(on_three.ok());
+    request.cluster.device_memory_bytes = static_cast<int64_t>(on_three->peak_bytes);
+    Expected<SearchResult> none = SearchPlans(request);
+    ASSERT_TRUE(none.ok());
+    if (none->best) continue;  // one device is enough after all
+    const InfeasibleReport why = ExplainInfeasible(request);
+    ASSERT_TRUE(why.fewest.has_value()) << "trial " << trial;
+    EXPECT_FALSE(why.fewest_stopped);
+    const int fewest = why.fewest->devices;
+    EXPECT_LE(why.fewest->best.peak_memory_bytes, static_cast<double>(request.cluster.device_memory_bytes));
+    SearchRequest fewer = request;
+    fewer.cluster = ResizedCluster(request.cluster, fewest - 1);
+    if (fewest - 1 > request.cluster.devices) {
+      Expected<SearchResult> below = SearchPlans(fewer);
+      ASSERT_TRUE(below.ok());
+      EXPECT_FALSE(below->best.has_value()) << "trial " << trial << ": " << fewest - 1 << " devices fit too";
+    }
+    ++checked;
+    request.time_limit_s = 0;  // spent before the report starts
+    const InfeasibleReport stopped = ExplainInfeasible(request);
+    EXPECT_FALSE(stopped.fewest.has_value());
+    EXPECT_TRUE(stopped.fewest_stopped);
+    EXPECT_NE(FormatInfeasible(stopped).find("not found before the time limit"), std::string::npos);
+  }
+  EXPECT_GE(checked, 3);
+}
+
 }  // namespace
 }  // namespace gpipe
