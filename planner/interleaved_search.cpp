@@ -13,6 +13,7 @@
 namespace gpipe::partition_internal {
 
 double InterleavedSearch::RootBound() const {
+  if (!MemoryCanFit()) return kInfinity;
   double heaviest = 0;
   for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
   const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
@@ -53,9 +54,45 @@ double InterleavedSearch::RootBound() const {
   return std::max(spread, PathLowerBound(input));
 }
 
+bool InterleavedSearch::MemoryCanFit() const {
+  // Dfs abandons a rank whose model state and largest chunk activation pass the limit. Two
+  // necessary conditions for a partition to pass on every rank, whatever the cut:
+  //  - summed over the ranks: each rank's largest chunk holds at least the mean of its v chunks,
+  //    the chunks together every layer's activations once, and the ranks' model state every
+  //    parameter at least once (a tied one too);
+  //  - by count: a rank of n layers holds at least the n smallest layers' model state (less what
+  //    the profile's tied parameters count twice) and has a chunk of ceil(n / v) layers or more,
+  //    whose activations are at least the ceil(n / v) smallest layers'. The most layers N a rank
+  //    can hold that way bounds them all: K x N must reach the layers. (It is what rules out a
+  //    cut of whole transformer blocks that the mean would allow half-way through a block.)
+  const double limit = Limit() * (1 + 1e-12);  // (prefix sums may round above the exact sums)
+  const double held = table_.StaticBytes(0, layers_) + table_.ActivationBytes(0, layers_) / p_.chunks;
+  if (held > p_.ranks * limit) return false;
+  std::vector<double> statics(layers_), activations(layers_);
+  double counted_twice = 0;
+  for (int l = 0; l < layers_; ++l) {
+    statics[l] = table_.StaticBytes(l, l + 1);
+    activations[l] = table_.ActivationBytes(l, l + 1);
+    counted_twice += statics[l];
+  }
+  counted_twice -= table_.StaticBytes(0, layers_);
+  std::sort(statics.begin(), statics.end());
+  std::sort(activations.begin(), activations.end());
+  double least_static = -counted_twice, least_activation = 0;
+  int most = 0;  // N
+  for (int n = 1; n <= layers_; ++n) {
+    least_static += statics[n - 1];
+    if ((n - 1) % p_.chunks == 0) least_activation += activations[(n - 1) / p_.chunks];
+    if (least_static + least_activation > limit) break;
+    most = n;
+  }
+  return static_cast<int64_t>(most) * p_.ranks >= layers_;
+}
+
 Expected<PartitionResult> InterleavedSearch::Run() {
   UseShape();
   best_ = p_.cutoff_ms;
+  if (!MemoryCanFit()) return Finish(kInfinity);  // proven: nothing fits
   const double root = RootBound();
   SeedIncumbent();
   Dfs(0, 0);

@@ -32,6 +32,9 @@ class InterleavedSearch : public BranchAndBound {
   Expected<PartitionResult> Run();
 
  private:
+  // False when no partition can pass Dfs's memory test: the ranks' model state and largest chunk
+  // activations, summed, exceed K x the limit however the layers are cut.
+  bool MemoryCanFit() const;
   // Places stage s on its rank starting at layer a.
   void Dfs(int s, int a);
   // The layers of `rank`'s chunks before stage s (as ends_ places them) and [a, e).

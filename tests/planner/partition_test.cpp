@@ -361,6 +361,51 @@ TEST(Partition, InterleavedRootBoundSeesTheFillAndDrain) {
   std::printf("spread %.1f ms, root bound %.1f ms, optimum %.1f ms\n", spread, bound, best->step_time_ms);
 }
 
+// Memory rules an interleaved shape out before any search: 6 equal layers on 2 ranks of 2 chunks
+// put 3 layers on some rank, 2 of them in one chunk, and that rank's model state and chunk
+// activations pass the limit. The mean over the chunks (4 x 3 / 2 ... 1.5 layers of activations per
+// rank) would let it through; the whole-layer count does not. The brute force agrees that no plan
+// fits, and 1 byte more than the count allows makes the bound finite again.
+TEST(Partition, InterleavedBoundCountsWholeLayersAgainstMemory) {
+  const int64_t activation = 10'000'000, params = 1'000'000;
+  const Profile profile = ShapedProfile(6, [&](int, LayerProfile* layer) {
+    layer->forward_ms = 1;
+    layer->backward_ms = 2;
+    layer->param_bytes = params;
+    layer->activation_bytes = activation;
+  });
+  Cluster cluster;
+  cluster.devices = 2;
+  cluster.link = Link{1e10, 0.0};
+  PartitionProblem problem;
+  problem.profile = &profile;
+  problem.cluster = &cluster;
+  problem.schedule = ScheduleKind::kInterleaved1F1B;
+  problem.ranks = 2;
+  problem.chunks = 2;
+  problem.microbatches = 2;
+  problem.global_batch = 2;
+  problem.optimizer = Optimizer::kSgd;
+  problem.remat = RematPolicy::kStages;
+  // A rank of 3 layers: their model state (SGD: parameters and gradients) and 2 layers' activations.
+  const double model_state = 3 * 2.0 * static_cast<double>(params);
+  const double three_layers = model_state + 2.0 * static_cast<double>(activation);
+  problem.memory_limit_bytes = three_layers - 1;
+  // (what the mean allows: the model state of all 6 layers and half of their activations, over 2 ranks)
+  ASSERT_LT(6 * 2.0 * params + 6.0 * activation / 2, 2 * problem.memory_limit_bytes);
+  EXPECT_EQ(PartitionLowerBound(problem), kInf);
+  Expected<PartitionResult> found = FindBestPartition(problem);
+  ASSERT_TRUE(found.ok()) << found.status().message();
+  EXPECT_FALSE(found->plan.has_value());
+  EXPECT_TRUE(found->proven_optimal);
+  EXPECT_EQ(found->lower_bound_ms, kInf);
+  const BruteForce all = Enumerate(PlanSkeleton(problem), 2, 4, problem.memory_limit_bytes, RematPolicy::kStages);
+  EXPECT_EQ(all.whole.step, kInf) << "a plan fits that the bound ruled out";
+
+  problem.memory_limit_bytes = three_layers;
+  EXPECT_LT(PartitionLowerBound(problem), kInf);
+}
+
 // Where the all-reduce is long, the chain bound takes it after a rank's last action, alongside
 // (not after) the backwards that follow that action on other ranks: never above the optimum.
 TEST(Partition, InterleavedRootBoundWithALongAllReduce) {
