@@ -70,7 +70,7 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
   const std::function<bool()> time_up = [&] { return std::isfinite(stop_at) && clock() >= stop_at; };
   report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()), time_up,
-                                &report.fewest_stopped);
+                                &report.fewest_stopped, report.least ? report.least->peak_bytes : 0.0);
 
   // Changes on these devices, each kept only when a plan then fits; remat and the optimizer are
   // checked with the pins kept, so each change is one the user can make alone.

@@ -1,6 +1,7 @@
 #include "planner/min_devices.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <utility>
 
@@ -80,7 +81,8 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
 Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices) { return Least(request, devices, true); }
 
 std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices,
-                                                 const std::function<bool()>& time_up, bool* stopped) {
+                                                 const std::function<bool()>& time_up, bool* stopped,
+                                                 double least_here_bytes) {
   const double limit = static_cast<double>(request.cluster.device_memory_bytes);
   const int replicas = request.replicas.value_or(1);
   if (stopped != nullptr) *stopped = false;
@@ -97,7 +99,14 @@ std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, i
   // tried), `found` does (0: none yet).
   const auto round_up = [&](int devices) { return (devices + replicas - 1) / replicas * replicas; };
   int short_of = request.cluster.devices, found = 0;
-  for (int step = 1; found == 0; step *= 2) {
+  // The first step: as many more devices as the least memory on the cluster's own count is over
+  // the limit, in proportion (the model state spreads over them); one at least.
+  int first_step = 1;
+  if (least_here_bytes > limit && limit > 0) {
+    first_step = static_cast<int>(std::clamp(std::ceil(short_of * (least_here_bytes / limit - 1)), 1.0,
+                                             static_cast<double>(std::max(1, max_devices - short_of))));
+  }
+  for (int step = first_step; found == 0; step *= 2) {
     const int devices = std::min(round_up(short_of + step), max_devices / replicas * replicas);
     if (devices <= short_of || out_of_time()) return std::nullopt;
     if (fits(devices)) {

@@ -48,15 +48,16 @@ struct FewestDevicesResult {
 /// plan of `request` fits its per-device memory; nullopt when even `max_devices` are not enough.
 /// REQUIRES: nothing fits on the request's own devices. Found in two passes: a count N on which a
 /// one-stage-per-device plan fits (LeastMemoryOn) and the count before it, of those tried, does
-/// not: counts one, two, four, ... past the cluster's, then bisection between the last that did
-/// not fit and the first that did (the least memory falls as devices grow, though not strictly: a
+/// not: counts s, 2s, 4s, ... past the cluster's (s: the cluster's count times the share by which
+/// `least_here_bytes`, LeastMemoryOn the cluster's own count when known, passes the limit; one
+/// at least), then bisection between the last that did not fit and the first that did (the least memory falls as devices grow, though not strictly: a
 /// count the bisection skipped may fit too); then the full search (SearchPlans, every schedule) on
 /// N - 1, N - 2, ... while it finds a plan. So N fits and N - 1 does not.
 /// `time_up` (null: never) is polled between counts; once true the scan stops, returns nullopt and
 /// sets `*stopped` (when given), and the searches get what time is left of `request.time_limit_s`.
 std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices,
                                                  const std::function<bool()>& time_up = nullptr,
-                                                 bool* stopped = nullptr);
+                                                 bool* stopped = nullptr, double least_here_bytes = 0);
 
 /// The cluster of `request` with `devices` devices: a node layout that no longer divides becomes
 /// one node, and links to devices that are gone are dropped (as `plan --devices` does).

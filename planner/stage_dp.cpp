@@ -31,6 +31,9 @@ LeastMemoryResult StageDp::Run() {
         for (int layers = 0; layers <= length; ++layers) {
           if (!RecomputeAllowed(p_.remat, layers, length)) continue;
           const StageCost c = builder.CostRecomputing(layers);
+          // The rank holds its model state and, at its fullest, every micro-batch in flight's
+          // stash: when that alone cannot improve on the best, its memory frontier need not be read.
+          if (std::max(rest, c.static_bytes + in_flight_[q] * c.stash_bytes()) >= need[q][a]) continue;
           const StageCost* const only = &c;
           const double peak = std::max(rest, c.static_bytes + Peak(q, &only));
           if (peak < need[q][a]) {
