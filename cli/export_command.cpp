@@ -3,11 +3,10 @@
 #include <filesystem>
 #include <ostream>
 
+#include "api/answers.h"
 #include "cli/commands.h"
 #include "core/files.h"
-#include "core/megatron_layout.h"
 #include "core/plan.h"
-#include "core/schedule/lower.h"
 #include "core/schedule/pytorch_csv.h"
 #include "core/schedule/validate.h"
 
@@ -43,16 +42,9 @@ class ExportCommand : public Command {
   int Run(std::ostream& out, std::ostream& err) override {
     Expected<Plan> plan = LoadPlan(plan_path_);
     if (!plan.ok()) return Fail(err, "export", plan.status());
-    std::string text;
-    if (format_ == "megatron-layout") {
-      Expected<std::string> flags = MegatronFlags(*plan);
-      if (!flags.ok()) return Fail(err, "export", flags.status().WithContext(plan_path_));
-      text = *flags + "\n";
-    } else {
-      // Lowered, validated and dry-run; compute-only, the same order without its sends and receives.
-      Expected<Schedule> schedule = BuildSchedule(*plan);
-      if (!schedule.ok()) return Fail(err, "export", schedule.status().WithContext(plan_path_));
-      text = ScheduleToPytorchCsv(with_communication_ ? *schedule : ComputeOnly(*schedule));
+    Expected<std::string> text = api::ExportAnswer(*plan, format_, with_communication_);
+    if (!text.ok()) return Fail(err, "export", text.status().WithContext(plan_path_));
+    if (format_ == "pytorch-csv") {
       std::string stages_path = stages_path_;
       if (stages_path.empty() && !output_path_.empty()) {
         stages_path = std::filesystem::path(output_path_).replace_extension(".stages.json").string();
@@ -65,10 +57,10 @@ class ExportCommand : public Command {
       }
     }
     if (output_path_.empty()) {
-      out << text;
+      out << *text;
       return kExitOk;
     }
-    const Status written = WriteFileAtomically(output_path_, text);
+    const Status written = WriteFileAtomically(output_path_, *text);
     if (!written.ok()) return Fail(err, "export", written);
     err << format_ << " written to " << output_path_ << "\n";
     return kExitOk;

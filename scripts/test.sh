@@ -3,6 +3,7 @@
 # runs the whole CTest suite in three builds:
 #   build-core/  without LibTorch: the planner, simulator and CLI (unit tests, example plans,
 #                profile regeneration check, install check), proving that planning needs no torch;
+#                then `pip install .` into a fresh virtual environment and the Python API's tests;
 #   build-asan/  the same without LibTorch under AddressSanitizer and UndefinedBehaviorSanitizer
 #                (-O1, asserts on; any report fails its test), including the table of bad inputs
 #                and the replay of the inputs the fuzzers once crashed on (docs/hardening.md);
@@ -20,6 +21,8 @@ install_test_models
 cmake -S . -B build-core -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPIPE_WERROR=ON -DGPIPE_WITH_TORCH=OFF ${CMAKE_ARGS:-}
 cmake --build build-core
 ctest --test-dir build-core --output-on-failure -j "$(nproc)"
+# pip install . into a fresh virtual environment; the Python API against the installed package.
+bash tests/python/install_test.sh
 
 # -O1 with line tables: half the compile time of -O2 -g, the optimization ASan recommends.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \

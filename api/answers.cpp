@@ -1,0 +1,46 @@
+#include "api/answers.h"
+
+#include "core/megatron_layout.h"
+#include "core/schedule/lower.h"
+#include "core/schedule/pytorch_csv.h"
+#include "core/schedule/validate.h"
+#include "planner/infeasible.h"
+#include "planner/report.h"
+#include "simulator/cost_model.h"
+#include "simulator/report.h"
+#include "simulator/simulator.h"
+
+namespace gpipe::api {
+
+nlohmann::json PlanAnswer(const SearchRequest& request, const SearchResult& result) {
+  return result.best ? PlanReportJson(result) : InfeasibleJson(ExplainInfeasible(request));
+}
+
+Expected<nlohmann::json> SimulateAnswer(const Plan& plan) {
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  if (!schedule.ok()) return schedule.status();
+  Expected<CostModel> costs = BuildCostModel(plan);
+  if (!costs.ok()) return costs.status();
+  SimOptions options;
+  options.record_timeline = false;
+  Expected<SimResult> result = Simulate(*schedule, *costs, options);
+  if (!result.ok()) return result.status();
+  return SimResultToJson(plan, *result);
+}
+
+Expected<std::string> ExportAnswer(const Plan& plan, const std::string& format, bool with_communication) {
+  if (format == "megatron-layout") {
+    Expected<std::string> flags = MegatronFlags(plan);
+    if (!flags.ok()) return flags.status();
+    return *flags + "\n";
+  }
+  if (format != "pytorch-csv") {
+    return Status::Usage("--format: \"" + format + "\" is not one of pytorch-csv, megatron-layout");
+  }
+  // Lowered, validated and dry-run; compute-only, the same order without its sends and receives.
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  if (!schedule.ok()) return schedule.status();
+  return ScheduleToPytorchCsv(with_communication ? *schedule : ComputeOnly(*schedule));
+}
+
+}  // namespace gpipe::api
