@@ -125,16 +125,19 @@ def main():
         check("unknown option", "no exception", "UsageError")
     except gpipe_plan.UsageError as e:
         check("unknown option", "unknown option \"stage\"" in str(e), True)
-    # README's Python example runs as written (from the checkout, where its paths are).
-    readme = open(os.path.join(SOURCE, "README.md")).read()
-    example = readme.split("```python\n", 1)[1].split("```", 1)[0]
-    here = os.getcwd()
-    os.chdir(SOURCE)
-    try:
-        exec(compile(example, "README.md's Python example", "exec"), {})
-        check("README's Python example runs", True, True)
-    finally:
-        os.chdir(here)
+    # The Python examples of README.md and docs/python.md run as written (from the checkout, where
+    # their paths are; in a scratch folder's cwd for the files they write).
+    for page in ("README.md", "docs/python.md"):
+        text = open(os.path.join(SOURCE, page)).read()
+        example = text.split("```python\n", 1)[1].split("```", 1)[0].replace('"profiles/', '"' + PROFILES + "/")
+        here = os.getcwd()
+        with tempfile.TemporaryDirectory() as scratch:
+            os.chdir(scratch)
+            try:
+                exec(compile(example, f"{page}'s Python example", "exec"), {})
+                check(f"{page}'s Python example runs", True, True)
+            finally:
+                os.chdir(here)
     if FAILURES:
         raise SystemExit(f"{len(FAILURES)} differences: {', '.join(FAILURES)}")
     print("the Python API gives the CLI's answers")
