@@ -17,13 +17,7 @@ nlohmann::json PlanAnswer(const SearchRequest& request, const SearchResult& resu
 }
 
 Expected<nlohmann::json> SimulateAnswer(const Plan& plan) {
-  Expected<Schedule> schedule = BuildSchedule(plan);
-  if (!schedule.ok()) return schedule.status();
-  Expected<CostModel> costs = BuildCostModel(plan);
-  if (!costs.ok()) return costs.status();
-  SimOptions options;
-  options.record_timeline = false;
-  Expected<SimResult> result = Simulate(*schedule, *costs, options);
+  Expected<SimResult> result = SimulatePlan(plan, SimOptions{false});
   if (!result.ok()) return result.status();
   return SimResultToJson(plan, *result);
 }

@@ -210,13 +210,7 @@ void ConfigurationsAt(const SearchRequest& request, int t, const Profile& profil
 }  // namespace
 
 Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
-  Expected<Schedule> schedule = BuildSchedule(plan);
-  if (!schedule.ok()) return schedule.status();
-  Expected<CostModel> costs = BuildCostModel(plan);
-  if (!costs.ok()) return costs.status();
-  SimOptions options;
-  options.record_timeline = false;
-  Expected<SimResult> result = Simulate(*schedule, *costs, options);
+  Expected<SimResult> result = SimulatePlan(plan, SimOptions{false});
   if (!result.ok()) return result.status();
   Candidate c;
   c.plan = plan;

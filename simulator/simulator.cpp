@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/schedule/validate.h"
 #include "simulator/bubble.h"
 #include "simulator/event_queue.h"
 #include "simulator/memory_model.h"
@@ -301,6 +302,14 @@ Expected<SimResult> Simulate(const Schedule& schedule, const CostModel& costs, c
                            std::to_string(schedule.num_stages()) + " and " + std::to_string(schedule.num_ranks()));
   }
   return Simulation(schedule, costs, options).Run();
+}
+
+Expected<SimResult> SimulatePlan(const Plan& plan, const SimOptions& options) {
+  Expected<Schedule> schedule = BuildSchedule(plan);
+  if (!schedule.ok()) return schedule.status();
+  Expected<CostModel> costs = BuildCostModel(plan);
+  if (!costs.ok()) return costs.status();
+  return Simulate(*schedule, *costs, options);
 }
 
 }  // namespace gpipe

@@ -91,4 +91,7 @@ struct SimOptions {
 /// `costs` has one StageCost per stage and links for every rank.
 Expected<SimResult> Simulate(const Schedule& schedule, const CostModel& costs, const SimOptions& options = {});
 
+/// A plan's step: its schedule (BuildSchedule) under its costs (BuildCostModel), simulated.
+Expected<SimResult> SimulatePlan(const Plan& plan, const SimOptions& options = {});
+
 }  // namespace gpipe
