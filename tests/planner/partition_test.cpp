@@ -330,6 +330,20 @@ TEST(Partition, NoGradForwardsKeepTheBoundsSound) {
 namespace gpipe {
 namespace {
 
+// Interleaved 1F1B on K ranks of 2 chunks, M micro-batches of one sample, SGD.
+PartitionProblem InterleavedProblem(const Profile& profile, const Cluster& cluster, int ranks, int microbatches) {
+  PartitionProblem problem;
+  problem.profile = &profile;
+  problem.cluster = &cluster;
+  problem.schedule = ScheduleKind::kInterleaved1F1B;
+  problem.ranks = ranks;
+  problem.chunks = 2;
+  problem.microbatches = microbatches;
+  problem.global_batch = microbatches;
+  problem.optimizer = Optimizer::kSgd;
+  return problem;
+}
+
 // The interleaved root bound (planner/path_bound.h) sees the pipeline's fill and drain: on even
 // layers it lies well above the work spread over the ranks, and never above the optimum.
 TEST(Partition, InterleavedRootBoundSeesTheFillAndDrain) {
@@ -342,15 +356,7 @@ TEST(Partition, InterleavedRootBoundSeesTheFillAndDrain) {
   cluster.devices = 4;
   cluster.device_memory_bytes = int64_t{1} << 40;
   cluster.link = Link{1e12, 0.0};
-  PartitionProblem problem;
-  problem.profile = &profile;
-  problem.cluster = &cluster;
-  problem.schedule = ScheduleKind::kInterleaved1F1B;
-  problem.ranks = 4;
-  problem.chunks = 2;
-  problem.microbatches = 4;
-  problem.global_batch = 4;
-  problem.optimizer = Optimizer::kSgd;
+  PartitionProblem problem = InterleavedProblem(profile, cluster, 4, 4);
   problem.memory_limit_bytes = 1e12;
   const double spread = 4 * 16 * 3.0 / 4;  // M x the work per micro-batch / K
   const double bound = PartitionLowerBound(problem);
@@ -363,8 +369,8 @@ TEST(Partition, InterleavedRootBoundSeesTheFillAndDrain) {
 
 // Memory rules an interleaved shape out before any search: 6 equal layers on 2 ranks of 2 chunks
 // put 3 layers on some rank, 2 of them in one chunk, and that rank's model state and chunk
-// activations pass the limit. The mean over the chunks (4 x 3 / 2 ... 1.5 layers of activations per
-// rank) would let it through; the whole-layer count does not. The brute force agrees that no plan
+// activations pass the limit. The mean over the chunks (half of a rank's 3 layers' activations:
+// 1.5 layers) would let it through; the whole-layer count does not. The brute force agrees that no plan
 // fits, and 1 byte more than the count allows makes the bound finite again.
 TEST(Partition, InterleavedBoundCountsWholeLayersAgainstMemory) {
   const int64_t activation = 10'000'000, params = 1'000'000;
@@ -377,15 +383,7 @@ TEST(Partition, InterleavedBoundCountsWholeLayersAgainstMemory) {
   Cluster cluster;
   cluster.devices = 2;
   cluster.link = Link{1e10, 0.0};
-  PartitionProblem problem;
-  problem.profile = &profile;
-  problem.cluster = &cluster;
-  problem.schedule = ScheduleKind::kInterleaved1F1B;
-  problem.ranks = 2;
-  problem.chunks = 2;
-  problem.microbatches = 2;
-  problem.global_batch = 2;
-  problem.optimizer = Optimizer::kSgd;
+  PartitionProblem problem = InterleavedProblem(profile, cluster, 2, 2);
   problem.remat = RematPolicy::kStages;
   // A rank of 3 layers: their model state (SGD: parameters and gradients) and 2 layers' activations.
   const double model_state = 3 * 2.0 * static_cast<double>(params);
