@@ -60,7 +60,7 @@ def main():
         ("GPT-3 13B on 8 A100s, 1f1b", "gpt3-13b-a100-80gb.json", "clusters/a100-80gb-8.json", 512, {"schedule": "1f1b"}),
         ("BERT-Large on 8 H100s, 4 stages", "bert-large-h100-80gb.json", "clusters/h100-80gb-8.json", 256,
          {"stages": 4, "remat": "stages"}),
-        ("GPT-2 1.5B on 8 H100s at 20GB, nothing fits", "gpt2-1.5b-h100-80gb.json", "clusters/h100-80gb-8.json", 512,
+        ("GPT-2 1.5B on 1 stage at 2 GB, nothing fits", "gpt2-1.5b-h100-80gb.json", "clusters/h100-80gb-8.json", 512,
          {"memory": "2GB", "stages": 1}),
     ]
     for name, profile, cluster, batch, options in cases:
