@@ -1,8 +1,6 @@
 #include "planner/infeasible.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <functional>
 
 #include "core/units.h"
@@ -63,12 +61,7 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   free.chunks.reset();
   free.progress = nullptr;
   // The scan for the fewest devices gets the request's time limit of its own, from here.
-  const std::function<double()> clock =
-      request.clock ? request.clock : [] {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      };
-  const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
-  const std::function<bool()> time_up = [&] { return std::isfinite(stop_at) && clock() >= stop_at; };
+  const std::function<bool()> time_up = DeadlineOf(request);
   report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()), time_up,
                                 &report.fewest_stopped, report.least ? report.least->peak_bytes : 0.0);
 

@@ -222,6 +222,16 @@ Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
   return c;
 }
 
+std::function<bool()> DeadlineOf(const SearchRequest& request) {
+  std::function<double()> clock = request.clock ? request.clock : [] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  };
+  const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
+  return [clock = std::move(clock), stop_at, stop = request.stop] {
+    return (std::isfinite(stop_at) && clock() >= stop_at) || (stop && stop());
+  };
+}
+
 Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   const int layers = request.profile.num_layers();
   const int devices = request.cluster.devices;
@@ -286,14 +296,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     done_bound = bound;
     done_bound_at = ConfigurationName(problem) + how;
   };
-  const std::function<double()> clock =
-      request.clock ? request.clock : [] {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-      };
-  const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
-  const std::function<bool()> time_up = [&] {
-    return (std::isfinite(stop_at) && clock() >= stop_at) || (request.stop && request.stop());
-  };
+  const std::function<bool()> time_up = DeadlineOf(request);
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
     problem.time_up = time_up;
