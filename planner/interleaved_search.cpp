@@ -8,15 +8,19 @@
 #include "core/schedule/generators.h"
 #include "planner/bisection.h"
 #include "planner/path_bound.h"
+#include "planner/rank_load_bound.h"
 #include "planner/remat_choices.h"
 
 namespace gpipe::partition_internal {
 
 double InterleavedSearch::RootBound() const {
   if (!MemoryCanFit()) return kInfinity;
-  double heaviest = 0;
-  for (int l = 0; l < layers_; ++l) heaviest = std::max(heaviest, BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1));
-  const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, heaviest);
+  // The busiest rank runs its layers M times: at least the work spread evenly, and at least
+  // what dealing whole layers, v or more to a rank, leaves on one (planner/rank_load_bound.h).
+  std::vector<double> works(layers_);
+  for (int l = 0; l < layers_; ++l) works[l] = BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1);
+  const double busiest = BusiestRankLowerBound(std::move(works), p_.ranks, p_.chunks);
+  const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, busiest);
   // The chains of the schedule's own order (planner/path_bound.h): they see the waits of every
   // round, which the spread work does not.
   // (Run has the shape's schedule already; a bound alone generates it.)
@@ -126,8 +130,14 @@ void InterleavedSearch::Dfs(int s, int a) {
     if (rank_static_[rank] + static_bytes - shared + std::max(rank_activation_[rank], activation) > Limit() * (1 + 1e-12)) {
       break;  // grows with e
     }
-    rank_work_[rank] += work;
-    rank_input_work_[rank] += input_work;
+    const double held = rank_static_[rank] + static_bytes - shared;
+    floor_keep_[s] = MemoryFloor(a, e, p_.remat == RematPolicy::kOn);
+    floor_recompute_[s] = MemoryFloor(a, e, p_.remat != RematPolicy::kOff);
+    if (!RankCanFit(rank, s, held, floor_keep_[s], floor_recompute_[s])) break;  // grows with e
+    const double forced = ForcedRecomputeMs(rank, s, a, e, held);
+    if (s + 1 < p_.ranks) tail_[s + 1] += forced;  // (the backwards after the rank's last recompute)
+    rank_work_[rank] += work + forced;
+    rank_input_work_[rank] += input_work + forced;
     rank_static_[rank] += static_bytes;
     const double previous_activation = rank_activation_[rank];
     rank_activation_[rank] = std::max(previous_activation, activation);
@@ -143,12 +153,43 @@ void InterleavedSearch::Dfs(int s, int a) {
         Dfs(s + 1, e);
       }
     }
-    rank_work_[rank] -= work;
-    rank_input_work_[rank] -= input_work;
+    rank_work_[rank] -= work + forced;
+    rank_input_work_[rank] -= input_work + forced;
     rank_static_[rank] -= static_bytes;
     rank_activation_[rank] = previous_activation;
     if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
   }
+}
+
+StageCost InterleavedSearch::MemoryFloor(int a, int e, bool remat) const {
+  StageCost c;
+  c.activation_bytes = table_.ActivationBytes(a, e);
+  c.input_bytes = table_.InputBytes(a);
+  c.remat = remat;
+  return c;
+}
+
+bool InterleavedSearch::RankCanFit(int rank, int s, double static_bytes, const StageCost& keep,
+                                   const StageCost& recompute) const {
+  const std::vector<int>& stages = rank_stages_[rank];
+  std::vector<const StageCost*>& kept = kept_scratch_;
+  std::vector<const StageCost*>& recomputed = recomputed_scratch_;
+  kept.assign(stages.size(), nullptr);
+  recomputed.assign(stages.size(), nullptr);
+  for (size_t c = 0; c < stages.size() && stages[c] <= s; ++c) {
+    kept[c] = stages[c] == s ? &keep : &floor_keep_[stages[c]];
+    recomputed[c] = stages[c] == s ? &recompute : &floor_recompute_[stages[c]];
+  }
+  // (prefix sums may round above the exact sums: allow for it before giving up)
+  return static_bytes + shape_->Frontier(rank).LeastStashPeakBytes(kept.data(), recomputed.data()) <= Limit() * (1 + 1e-12);
+}
+
+double InterleavedSearch::ForcedRecomputeMs(int rank, int s, int a, int e, double static_bytes) const {
+  // (A chunk recomputes all its layers or none: CompleteRank's remat sets are of whole chunks.)
+  if (p_.remat == RematPolicy::kOff) return 0.0;
+  const StageCost kept = MemoryFloor(a, e, false);
+  if (p_.remat != RematPolicy::kOn && RankCanFit(rank, s, static_bytes, kept, kept)) return 0.0;
+  return table_.ForwardMs(a, e);
 }
 
 LayerRanges InterleavedSearch::RankLayers(int rank, int s, int a, int e) const {

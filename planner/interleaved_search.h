@@ -10,7 +10,11 @@
 //     and the average work;
 //   - memory: a rank holds its chunks' static bytes throughout, and each chunk's activations at
 //     some moment (stashed, or recomputed under remat), so a rank whose placed chunks already
-//     exceed the limit that way is abandoned.
+//     exceed the limit that way is abandoned; and at each moment of the schedule's memory walk,
+//     each placed chunk's stashes and recomputed activations kept or recomputed, whichever holds
+//     less then, so a rank whose placed chunks exceed the limit even so is abandoned, and a chunk
+//     that cannot keep its activations adds its recompute (of all its layers: remat is by
+//     chunk here) to its rank's work and to the tails of the ranks after it.
 // The first incumbent is the cut into S stages of most even work.
 #pragma once
 
@@ -25,7 +29,8 @@ class InterleavedSearch : public BranchAndBound {
   // REQUIRES: the problem passed CheckProblem, with several stages per rank (chunks > 1).
   explicit InterleavedSearch(const PartitionProblem& problem) : BranchAndBound(problem) {}
 
-  // The work spread evenly, and the rank that holds the heaviest layer runs it M times.
+  // The work spread evenly, and the busiest rank's whole layers (v or more) run M times; the
+  // chains of the schedule's order (path_bound.h); infinite where MemoryCanFit fails.
   double RootBound() const;
 
   // REQUIRES: the problem's schedule generates.
@@ -44,6 +49,17 @@ class InterleavedSearch : public BranchAndBound {
   // Stage s completes `rank`'s chunks: choose its remat set (every set the policy allows that
   // fits and has no fitting subset), then go on. With `seed`, only the first such set, and stop.
   void CompleteRank(int rank, int s, bool last, bool seed = false);
+  // Layers [a, e) as one chunk, kept or recomputed, priced for memory bounds only: its
+  // activations, input and stash; the output, sends, workspaces, weight-pass captures and
+  // generator state left at zero (each only adds).
+  StageCost MemoryFloor(int a, int e, bool remat) const;
+  // Whether `rank`'s chunks placed before stage s (each at the cheaper of floor_keep_ and
+  // floor_recompute_ at every moment) and stage s as `keep` or `recompute`, with `static_bytes`
+  // of model state in all, could fit (MemoryFrontier::LeastStashPeakBytes).
+  bool RankCanFit(int rank, int s, double static_bytes, const StageCost& keep, const StageCost& recompute) const;
+  // The forward that stage s, [a, e), must recompute: all of it under remat on, or where it
+  // cannot fit keeping its activations beside the rank's chunks placed before it; else none.
+  double ForcedRecomputeMs(int rank, int s, int a, int e, double static_bytes) const;
 
   // Work, static bytes and the largest chunk activation placed per rank; the first round's
   // forwards and backwards before each rank (head_[r], tail_[r]).
@@ -54,6 +70,11 @@ class InterleavedSearch : public BranchAndBound {
   std::vector<double> rank_static_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> rank_activation_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> head_ = std::vector<double>(p_.ranks, 0.0);
+  // Per placed stage: its MemoryFloor kept and recomputed, as the policy allows (one way only:
+  // both the same).
+  std::vector<StageCost> floor_keep_ = std::vector<StageCost>(stages_);
+  std::vector<StageCost> floor_recompute_ = std::vector<StageCost>(stages_);
+  mutable std::vector<const StageCost*> kept_scratch_, recomputed_scratch_;
   std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
 };
 

@@ -334,35 +334,79 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
   }
 }
 
-void MemoryFrontier::BuildVectors(const Walk& walk) const {
-  // The candidates' count vectors, kept as the set of maximal ones (none is below another in
-  // every count), updated as they come: a long walk meets thousands, few are maximal.
+namespace {
+
+// Adds `counts` (`width` of them) to `vectors`, a set of vectors none of which is below another
+// in every count: unless one there covers it; dropping those it covers.
+void KeepMaximal(const std::vector<int>& counts, size_t width, std::vector<int>& vectors) {
   const auto covers = [&](const int* big, const int* small) {
-    for (size_t d = 0; d < walk.width; ++d) {
+    for (size_t d = 0; d < width; ++d) {
       if (big[d] < small[d]) return false;
     }
     return true;
   };
-  std::vector<int>& vectors = walk.vectors;
+  for (size_t k = 0; k < vectors.size(); k += width) {
+    if (covers(&vectors[k], counts.data())) return;
+  }
+  size_t out = 0;
+  for (size_t k = 0; k < vectors.size(); k += width) {
+    if (covers(counts.data(), &vectors[k])) continue;
+    std::copy(vectors.begin() + static_cast<std::ptrdiff_t>(k), vectors.begin() + static_cast<std::ptrdiff_t>(k + width),
+              vectors.begin() + static_cast<std::ptrdiff_t>(out));
+    out += width;
+  }
+  vectors.resize(out);
+  vectors.insert(vectors.end(), counts.begin(), counts.end());
+}
+
+}  // namespace
+
+void MemoryFrontier::BuildVectors(const Walk& walk) const {
+  // The candidates' count vectors, kept as the set of maximal ones (none is below another in
+  // every count), updated as they come: a long walk meets thousands, few are maximal.
   std::vector<int> counts(walk.width, 0);
   for (const Change& change : walk.changes) {
     counts[change.index] += change.delta;
-    if (!change.candidate) continue;
-    bool covered = false;
-    for (size_t k = 0; k < vectors.size() && !covered; k += walk.width) covered = covers(&vectors[k], counts.data());
-    if (covered) continue;
-    // Drop the kept vectors the new one covers, then keep it.
-    size_t out = 0;
-    for (size_t k = 0; k < vectors.size(); k += walk.width) {
-      if (covers(counts.data(), &vectors[k])) continue;
-      std::copy(vectors.begin() + static_cast<std::ptrdiff_t>(k), vectors.begin() + static_cast<std::ptrdiff_t>(k + walk.width),
-                vectors.begin() + static_cast<std::ptrdiff_t>(out));
-      out += walk.width;
-    }
-    vectors.resize(out);
-    vectors.insert(vectors.end(), counts.begin(), counts.end());
+    if (change.candidate) KeepMaximal(counts, walk.width, walk.vectors);
   }
   walk.built = true;
+}
+
+void MemoryFrontier::BuildStashVectors() const {
+  const Walk& walk = without_workspaces_;
+  const size_t width = 3 * stages_.size();
+  std::vector<int> counts(walk.width, 0), projected(width);
+  for (const Change& change : walk.changes) {
+    counts[change.index] += change.delta;
+    if (!change.candidate) continue;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      const int* stage = &counts[static_cast<size_t>(walk.stride) * i];
+      projected[3 * i] = stage[0];      // stash
+      projected[3 * i + 1] = stage[1];  // recompute
+      projected[3 * i + 2] = stage[3];  // input buffers
+    }
+    KeepMaximal(projected, width, stash_vectors_);
+  }
+  stash_vectors_built_ = true;
+}
+
+double MemoryFrontier::LeastStashPeakBytes(const StageCost* const* kept, const StageCost* const* recomputed) const {
+  if (!stash_vectors_built_) BuildStashVectors();
+  const size_t n = stages_.size();
+  double best = 0;
+  for (size_t k = 0; k < stash_vectors_.size(); k += 3 * n) {
+    double bytes = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (kept[i] == nullptr) continue;
+      const int* c = &stash_vectors_[k + 3 * i];
+      const auto price = [&](const StageCost& s) {
+        return c[0] * s.stash_bytes() + c[1] * s.recomputed_bytes() + c[2] * s.input_bytes;
+      };
+      bytes += std::min(price(*kept[i]), price(*recomputed[i]));
+    }
+    best = std::max(best, bytes);
+  }
+  return best;
 }
 
 size_t MemoryFrontier::size(bool workspaces) const {

@@ -158,6 +158,12 @@ class MemoryFrontier {
   double PeakDynamicBytes(const std::vector<const StageCost*>& costs) const { return PeakDynamicBytes(costs.data()); }
   /// The same, `costs` pointing at one pointer per stage on the rank.
   double PeakDynamicBytes(const StageCost* const* costs) const;
+  /// A lower bound on PeakDynamicBytes when each stage may cost either of two ways (the
+  /// planner's stage kept and recomputed, or any way that holds at least as much as one of them
+  /// at every moment): priced by stashes, recomputed activations and input buffers only, each
+  /// stage's cheaper way at each moment. A null pair (a stage not placed yet) counts nothing.
+  /// Quick: few moments are maximal in those three counts.
+  double LeastStashPeakBytes(const StageCost* const* kept, const StageCost* const* recomputed) const;
   /// The number of count vectors that can be the largest (builds the set), with workspaces
   /// counted or not.
   size_t size(bool workspaces = true) const;
@@ -185,11 +191,16 @@ class MemoryFrontier {
   void Record(const Schedule& schedule, int rank, const std::vector<int>& slot,
               const std::vector<std::pair<size_t, size_t>>& posted, bool workspaces, Walk& walk);
   void BuildVectors(const Walk& walk) const;
+  // The walk's moments projected on each stage's stash, recompute and input-buffer counts, the
+  // maximal ones (built on first use).
+  void BuildStashVectors() const;
 
   std::vector<int> stages_;
   Walk with_workspaces_, without_workspaces_;
   int max_in_flight_ = 0;
   mutable std::vector<double> price_;  // scratch: bytes per count
+  mutable bool stash_vectors_built_ = false;
+  mutable std::vector<int> stash_vectors_;  // 3 counts per stage each
   mutable std::vector<int> counts_;    // scratch: the walk's counts
 };
 
