@@ -131,17 +131,21 @@ void InterleavedSearch::Dfs(int s, int a) {
       break;  // grows with e
     }
     const double held = rank_static_[rank] + static_bytes - shared;
-    floor_keep_[s] = MemoryFloor(a, e, p_.remat == RematPolicy::kOn);
-    floor_recompute_[s] = MemoryFloor(a, e, p_.remat != RematPolicy::kOff);
-    if (!RankCanFit(rank, s, held, floor_keep_[s], floor_recompute_[s])) break;  // grows with e
-    const double forced = ForcedRecomputeMs(rank, s, a, e, held);
-    if (s + 1 < p_.ranks) tail_[s + 1] += forced;  // (the backwards after the rank's last recompute)
+    floor_keep_[s] = MemoryFloor(a, e, false);
+    floor_recompute_[s] = MemoryFloor(a, e, true);
+    stage_forward_[s] = table_.ForwardMs(a, e);
+    const double least_recompute = LeastRecomputeMs(rank, s, held);
+    if (std::isinf(least_recompute)) break;  // no remat set fits: grows with e
+    const double previous_recompute = rank_recompute_[rank];
+    const double forced = least_recompute - previous_recompute;  // (adding a chunk only adds)
+    rank_recompute_[rank] = least_recompute;
     rank_work_[rank] += work + forced;
     rank_input_work_[rank] += input_work + forced;
+    forced_so_far_ += forced;
     rank_static_[rank] += static_bytes;
     const double previous_activation = rank_activation_[rank];
     rank_activation_[rank] = std::max(previous_activation, activation);
-    double bound = average;
+    double bound = average + m * forced_so_far_ / p_.ranks;
     for (int r = 0; r < p_.ranks && r <= s; ++r) {
       bound = std::max(bound, split_ ? std::max(head_[r] + m * rank_work_[r], head_[r] + m * rank_input_work_[r] + tail_[r])
                                      : head_[r] + m * rank_work_[r] + tail_[r]);
@@ -155,6 +159,8 @@ void InterleavedSearch::Dfs(int s, int a) {
     }
     rank_work_[rank] -= work + forced;
     rank_input_work_[rank] -= input_work + forced;
+    forced_so_far_ -= forced;
+    rank_recompute_[rank] = previous_recompute;
     rank_static_[rank] -= static_bytes;
     rank_activation_[rank] = previous_activation;
     if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
@@ -169,27 +175,35 @@ StageCost InterleavedSearch::MemoryFloor(int a, int e, bool remat) const {
   return c;
 }
 
-bool InterleavedSearch::RankCanFit(int rank, int s, double static_bytes, const StageCost& keep,
-                                   const StageCost& recompute) const {
+double InterleavedSearch::LeastRecomputeMs(int rank, int s, double static_bytes) const {
+  // The rank's chunks placed so far, up to stage s (in stage order).
   const std::vector<int>& stages = rank_stages_[rank];
-  std::vector<const StageCost*>& kept = kept_scratch_;
-  std::vector<const StageCost*>& recomputed = recomputed_scratch_;
-  kept.assign(stages.size(), nullptr);
-  recomputed.assign(stages.size(), nullptr);
-  for (size_t c = 0; c < stages.size() && stages[c] <= s; ++c) {
-    kept[c] = stages[c] == s ? &keep : &floor_keep_[stages[c]];
-    recomputed[c] = stages[c] == s ? &recompute : &floor_recompute_[stages[c]];
+  int placed = 0;
+  while (placed < static_cast<int>(stages.size()) && stages[placed] <= s) ++placed;
+  std::vector<const StageCost*>& chosen = chosen_scratch_;
+  chosen.assign(stages.size(), nullptr);
+  // Whether the chunks in `mask` recomputing and the others keeping could fit.
+  const auto fits = [&](int mask) {
+    for (int c = 0; c < placed; ++c) chosen[c] = (mask >> c) & 1 ? &floor_recompute_[stages[c]] : &floor_keep_[stages[c]];
+    // (prefix sums may round above the exact sums: allow for it before giving up)
+    return static_bytes + shape_->Frontier(rank).LeastStashPeakBytes(chosen.data(), chosen.data()) <= Limit() * (1 + 1e-12);
+  };
+  const int all = (1 << placed) - 1;
+  const auto cost = [&](int mask) {
+    double ms = 0;
+    for (int c = 0; c < placed; ++c) ms += (mask >> c) & 1 ? stage_forward_[stages[c]] : 0.0;
+    return ms;
+  };
+  if (p_.remat == RematPolicy::kOff) return fits(0) ? 0.0 : kInfinity;
+  if (p_.remat == RematPolicy::kOn) return fits(all) ? cost(all) : kInfinity;
+  if (fits(0)) return 0.0;
+  // The cheapest remat set that could fit (remat is by chunk here: CompleteRank's sets).
+  double least = kInfinity;
+  for (int mask = 1; mask <= all; ++mask) {
+    const double ms = cost(mask);
+    if (ms < least && fits(mask)) least = ms;
   }
-  // (prefix sums may round above the exact sums: allow for it before giving up)
-  return static_bytes + shape_->Frontier(rank).LeastStashPeakBytes(kept.data(), recomputed.data()) <= Limit() * (1 + 1e-12);
-}
-
-double InterleavedSearch::ForcedRecomputeMs(int rank, int s, int a, int e, double static_bytes) const {
-  // (A chunk recomputes all its layers or none: CompleteRank's remat sets are of whole chunks.)
-  if (p_.remat == RematPolicy::kOff) return 0.0;
-  const StageCost kept = MemoryFloor(a, e, false);
-  if (p_.remat != RematPolicy::kOn && RankCanFit(rank, s, static_bytes, kept, kept)) return 0.0;
-  return table_.ForwardMs(a, e);
+  return least;
 }
 
 LayerRanges InterleavedSearch::RankLayers(int rank, int s, int a, int e) const {

@@ -7,14 +7,13 @@
 //     (the stages before its first, which are on ranks 0..r-1 in a loop and a V alike) and after
 //     its last backward (the same stages' backwards; with split backwards their input gradients,
 //     after the rank's forwards and input gradients only, as its W passes may run meanwhile);
-//     and the average work;
+//     and the average work (with the recompute memory forced so far);
 //   - memory: a rank holds its chunks' static bytes throughout, and each chunk's activations at
 //     some moment (stashed, or recomputed under remat), so a rank whose placed chunks already
-//     exceed the limit that way is abandoned; and at each moment of the schedule's memory walk,
-//     each placed chunk's stashes and recomputed activations kept or recomputed, whichever holds
-//     less then, so a rank whose placed chunks exceed the limit even so is abandoned, and a chunk
-//     that cannot keep its activations adds its recompute (of all its layers: remat is by
-//     chunk here) to its rank's work and to the tails of the ranks after it.
+//     exceed the limit that way is abandoned; and, with each placed chunk's stashes and
+//     recomputed activations at every moment of the schedule's memory walk, a rank whose placed
+//     chunks cannot fit under any remat set is abandoned, and the cheapest set that could fit
+//     adds its recompute to the rank's work.
 // The first incumbent is the cut into S stages of most even work.
 #pragma once
 
@@ -53,13 +52,12 @@ class InterleavedSearch : public BranchAndBound {
   // activations, input and stash; the output, sends, workspaces, weight-pass captures and
   // generator state left at zero (each only adds).
   StageCost MemoryFloor(int a, int e, bool remat) const;
-  // Whether `rank`'s chunks placed before stage s (each at the cheaper of floor_keep_ and
-  // floor_recompute_ at every moment) and stage s as `keep` or `recompute`, with `static_bytes`
-  // of model state in all, could fit (MemoryFrontier::LeastStashPeakBytes).
-  bool RankCanFit(int rank, int s, double static_bytes, const StageCost& keep, const StageCost& recompute) const;
-  // The forward that stage s, [a, e), must recompute: all of it under remat on, or where it
-  // cannot fit keeping its activations beside the rank's chunks placed before it; else none.
-  double ForcedRecomputeMs(int rank, int s, int a, int e, double static_bytes) const;
+  // The least forward `rank`'s chunks placed up to stage s (floor_keep_, floor_recompute_,
+  // stage_forward_) must recompute to fit with `static_bytes` of model state: over the remat
+  // sets the policy allows (by chunk, as CompleteRank), the cheapest whose chunks' stashes and
+  // recomputed activations fit at every moment of the memory walk
+  // (MemoryFrontier::LeastStashPeakBytes); infinity where none does.
+  double LeastRecomputeMs(int rank, int s, double static_bytes) const;
 
   // Work, static bytes and the largest chunk activation placed per rank; the first round's
   // forwards and backwards before each rank (head_[r], tail_[r]).
@@ -70,11 +68,14 @@ class InterleavedSearch : public BranchAndBound {
   std::vector<double> rank_static_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> rank_activation_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> head_ = std::vector<double>(p_.ranks, 0.0);
-  // Per placed stage: its MemoryFloor kept and recomputed, as the policy allows (one way only:
-  // both the same).
+  // Per placed stage: its MemoryFloor kept and recomputed, and its recorded forward.
   std::vector<StageCost> floor_keep_ = std::vector<StageCost>(stages_);
   std::vector<StageCost> floor_recompute_ = std::vector<StageCost>(stages_);
-  mutable std::vector<const StageCost*> kept_scratch_, recomputed_scratch_;
+  std::vector<double> stage_forward_ = std::vector<double>(stages_, 0.0);
+  mutable std::vector<const StageCost*> chosen_scratch_;
+  // Per rank, its LeastRecomputeMs so far (in rank_work_ and rank_input_work_ too), and summed.
+  std::vector<double> rank_recompute_ = std::vector<double>(p_.ranks, 0.0);
+  double forced_so_far_ = 0;
   std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
 };
 
