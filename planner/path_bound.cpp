@@ -31,6 +31,16 @@ struct Chain {
   int head = 0;
   int tail = 0;
   int tail_op = kB;
+  // With back_from >= 0: before the body, also the backwards (op back_op) of the stages after
+  // back_from (the head then covers every stage's forward).
+  int back_from = -1;
+  int back_op = kB;
+  // Where it comes from: its rank, the index of its first action there, and whether it runs to
+  // the rank's last action (before any all-reduce: `reduced`).
+  int rank = 0;
+  size_t first_action = 0;
+  bool to_last = false;
+  bool reduced = false;
   struct Term {
     int stage;
     int op;
@@ -43,19 +53,24 @@ struct Chain {
   void AddTo(double share, Coefficients* c) const {
     for (int t = 0; t < head; ++t) (*c)[t][kF] += share;
     for (int t = 0; t < tail; ++t) (*c)[t][tail_op] += share;
+    if (back_from >= 0) {
+      for (int t = back_from + 1; t < static_cast<int>(c->size()); ++t) (*c)[t][back_op] += share;
+    }
     for (const auto& [stage, op, count] : body) (*c)[stage][op] += share * count;
   }
   // Its length for stages whose op times are `times` and prefix sums `prefix` ([s][op]: stages < s).
   double Ms(const std::vector<std::array<double, kOps>>& times, const std::vector<std::array<double, kOps>>& prefix) const {
     double ms = hops + prefix[head][kF] + prefix[tail][tail_op];
+    if (back_from >= 0) ms += prefix.back()[back_op] - prefix[back_from + 1][back_op];
     for (const auto& [stage, op, count] : body) ms += count * times[stage][op];
     return ms;
   }
 };
 
 // The chains of the header comment, rank by rank.
+// With `from_backwards`, also those that start at a backward.
 std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>& hop_ms,
-                           const std::vector<AllReduceLine>& allreduce) {
+                           const std::vector<AllReduceLine>& allreduce, bool from_backwards) {
   const int stages = schedule.num_stages();
   // Prefix message times: before[s] = the hops between stages 0 .. s.
   std::vector<double> before(stages + 1, 0.0);
@@ -63,13 +78,20 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
   std::vector<Chain> chains;
   for (int rank = 0; rank < schedule.num_ranks(); ++rank) {
     const std::vector<Action>& actions = schedule.ranks[rank];
-    std::vector<size_t> starts, ends;
-    std::vector<char> seen_forward(stages, 0);
+    // Starts: the first forward of each of the rank's stages, after the forwards of the stages
+    // before; and the first backward (B or I) of each, after the same micro-batch's forwards
+    // through every stage and backwards through the stages after it.
+    std::vector<size_t> starts, back_starts, ends;
+    std::vector<char> seen_forward(stages, 0), seen_first_backward(stages, 0);
     for (size_t i = 0; i < actions.size(); ++i) {
       const Action& a = actions[i];
       if (a.op == Op::kForward && !seen_forward[a.stage]) {
         seen_forward[a.stage] = 1;
         starts.push_back(i);
+      }
+      if (from_backwards && (a.op == Op::kBackward || a.op == Op::kBackwardInput) && !seen_first_backward[a.stage]) {
+        seen_first_backward[a.stage] = 1;
+        back_starts.push_back(i);
       }
     }
     std::vector<char> seen_backward(stages, 0);
@@ -102,6 +124,7 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
     std::vector<int> running(used.size(), 0);
     std::vector<char> wanted(actions.size() + 1, 0);
     for (size_t i : starts) wanted[i] = 1;
+    for (size_t i : back_starts) wanted[i] = 1;
     for (size_t j : ends) wanted[j + 1] = 1;
     for (size_t k = 0; k <= actions.size(); ++k) {
       if (wanted[k]) counts[k] = running;
@@ -109,12 +132,27 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
       const int op = OpIndex(actions[k].op);
       if (op >= 0) ++running[local[actions[k].stage * kOps + op]];
     }
-    for (size_t i : starts) {
+    for (size_t i : starts) back_starts.push_back(i);  // (below: the forward starts last)
+    const size_t backward_starts = back_starts.size() - starts.size();
+    for (size_t k = 0; k < back_starts.size(); ++k) {
+      const size_t i = back_starts[k];
+      const bool from_backward = k < backward_starts;
       for (size_t j : ends) {
         if (j < i) continue;
         Chain chain;
-        chain.head = actions[i].stage;
-        chain.hops = before[chain.head];
+        chain.rank = rank;
+        chain.first_action = i;
+        chain.to_last = j == last_compute;
+        if (from_backward) {
+          chain.head = stages;
+          chain.back_from = actions[i].stage;
+          chain.back_op = OpIndex(actions[i].op);
+          // (every hop forward, and back from the last stage to this one)
+          chain.hops = before[stages - 1] + (before[stages - 1] - before[chain.back_from]);
+        } else {
+          chain.head = actions[i].stage;
+          chain.hops = before[chain.head];
+        }
         for (size_t u = 0; u < used.size(); ++u) {
           const int count = counts[j + 1][u] - counts[i][u];
           if (count > 0) chain.body.push_back({used[u] / kOps, used[u] % kOps, static_cast<double>(count)});
@@ -123,6 +161,7 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
           // The rank's all-reduce follows its last action: a chain of its own (the backwards
           // that follow the same action on other ranks run alongside it, not after it).
           Chain reduced = chain;
+          reduced.reduced = true;
           const AllReduceLine& line = allreduce[rank];
           reduced.hops += line.fixed_ms;
           if (line.ms_per_byte > 0) {
@@ -201,23 +240,19 @@ double LeastOverPartitions(const Coefficients& c, const std::vector<std::array<d
   return least;
 }
 
-}  // namespace
-
-double PathLowerBound(const PathBoundInput& input) {
-  const Schedule& schedule = *input.schedule;
-  const int stages = schedule.num_stages();
-  const int layers = input.table->num_layers();
-  if (stages < 1 || layers < stages) return 0.0;
-  const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce);
-  if (chains.empty()) return 0.0;
-  const std::vector<std::array<double, kOps>> times = LayerTimes(*input.table);
-  // Start from the average of the chains; each step moves a share 2 / (k + 2) of the weight onto
-  // the chain that is longest for the partition the current average prefers.
+// The bound from `chains` (not empty): Frank-Wolfe steps from the average of `start` (chains'
+// indices; empty: all of them).
+double FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& start,
+                  const std::vector<std::array<double, kOps>>& times, int stages, const PathBoundInput& input) {
+  // Start from the average; each step moves a share 2 / (k + 2) of the weight onto the chain
+  // that is longest for the partition the current average prefers.
   Coefficients weights(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
   double hops = 0;
-  for (const Chain& chain : chains) {
-    chain.AddTo(1.0 / static_cast<double>(chains.size()), &weights);
-    hops += chain.hops / static_cast<double>(chains.size());
+  const size_t n = start.empty() ? chains.size() : start.size();
+  for (size_t k = 0; k < n; ++k) {
+    const Chain& chain = chains[start.empty() ? k : start[k]];
+    chain.AddTo(1.0 / static_cast<double>(n), &weights);
+    hops += chain.hops / static_cast<double>(n);
   }
   double bound = 0;
   std::vector<int> ends;
@@ -249,6 +284,39 @@ double PathLowerBound(const PathBoundInput& input) {
     }
     longest->AddTo(step, &weights);
     hops = (1 - step) * hops + step * longest->hops;
+  }
+  return bound;
+}
+
+}  // namespace
+
+double PathLowerBound(const PathBoundInput& input) {
+  const Schedule& schedule = *input.schedule;
+  const int stages = schedule.num_stages();
+  const int layers = input.table->num_layers();
+  if (stages < 1 || layers < stages) return 0.0;
+  const std::vector<std::array<double, kOps>> times = LayerTimes(*input.table);
+  // Three runs, the largest: the chains that start at a forward, from their average; then all
+  // of them, from their average, and from the average over the ranks of each one's chain from
+  // its first backward to its last action (its whole drain, which the average over all chains
+  // dilutes and Frank-Wolfe's few steps need not find: zero-bubble schedules at small M).
+  const std::vector<Chain> forward_chains = ChainsOf(schedule, input.hop_ms, input.allreduce, false);
+  if (forward_chains.empty()) return 0.0;
+  double bound = FrankWolfe(forward_chains, {}, times, stages, input);
+  if (input.enough > 0 && bound >= input.enough) return bound;
+  const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
+  std::vector<size_t> drains(schedule.num_ranks(), chains.size());
+  for (size_t c = 0; c < chains.size(); ++c) {
+    const Chain& chain = chains[c];
+    if (chain.back_from < 0 || !chain.to_last || chain.reduced) continue;
+    size_t& best = drains[chain.rank];
+    if (best == chains.size() || chain.first_action < chains[best].first_action) best = c;
+  }
+  drains.erase(std::remove(drains.begin(), drains.end(), chains.size()), drains.end());
+  for (const std::vector<size_t>& start : {std::vector<size_t>{}, drains}) {
+    if (start.empty() && chains.size() == forward_chains.size()) continue;  // (the same run again)
+    bound = std::max(bound, FrankWolfe(chains, start, times, stages, input));
+    if ((input.enough > 0 && bound >= input.enough) || drains.empty()) break;
   }
   return bound;
 }

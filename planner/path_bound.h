@@ -5,6 +5,10 @@
 //   forward of one of r's stages; then r's own actions in order up to the last backward (B or I)
 //   of one of its stages, or to its last action; then, from a backward of stage s', the same
 //   micro-batch's backwards through the stages before s';
+//   the same with the first backward B(s, m) (or I) of one of r's stages in place of the
+//   forward: micro-batch m's forwards through every stage and backwards through the stages after
+//   s come before it (the fill seen from the drain side: a pipeline whose ranks all hold a stage
+//   near the end waits for a whole micro-batch's forward before its first backward);
 // with the cheapest message between ranks on every hop; and the chains that end at the rank's
 // last action with its all-reduce instead of the backwards after it. A chain's length is linear in the stages'
 // forward, backward, input-gradient and weight-gradient sums, so any weighted average of chains
