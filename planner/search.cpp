@@ -385,8 +385,11 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       lower(entry.bound, problem, " (its search failed: " + result.status().message() + ")");
       continue;
     }
-    lower(result->lower_bound_ms, problem,
-          result->proven_optimal ? " (searched to the end)" : " (its root bound: its search stopped)");
+    // Its key is a lower bound too (the cheap bound can pass the root bound the search had).
+    lower(std::max(entry.bound, result->lower_bound_ms), problem,
+          result->proven_optimal                      ? " (searched to the end)"
+          : entry.bound > result->lower_bound_ms ? " (its lower bound: its search stopped)"
+                                                      : " (its root bound: its search stopped)");
     out.nodes += result->nodes;
     out.proven_optimal = out.proven_optimal && result->proven_optimal;
     if (!result->proven_optimal) {
