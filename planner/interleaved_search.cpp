@@ -97,7 +97,7 @@ Expected<PartitionResult> InterleavedSearch::Run() {
   UseShape();
   best_ = p_.cutoff_ms;
   if (!MemoryCanFit()) return Finish(kInfinity);  // proven: nothing fits
-  const double root = RootBound();
+  const double root = std::isnan(p_.root_bound_ms) ? RootBound() : p_.root_bound_ms;
   SeedIncumbent();
   Dfs(0, 0);
   return Finish(root);

@@ -71,6 +71,9 @@ struct PartitionProblem {
   /// Polled every 256 nodes; once true, the search stops as at its node budget (best plan so
   /// far, not proven optimal). Null: never.
   std::function<bool()> time_up;
+  /// PartitionLowerBound of this problem when the caller has it already (a search's key), reused
+  /// as the root bound instead of computed again; NaN: none.
+  double root_bound_ms = std::numeric_limits<double>::quiet_NaN();
   /// Schedules' evaluators and memory frontiers shared with other searches of the same caller
   /// (not owned; null: the search builds its own).
   ShapeCache* shapes = nullptr;

@@ -356,6 +356,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     if (!entry.partition_bound) {
       problem.cutoff_ms = cutoff(problem);  // a bound need not be computed past the best step found
       const double bound = PartitionLowerBound(problem);
+      problem.root_bound_ms = bound;  // (its search starts from it)
       problem.cutoff_ms = kInfinity;  // (a search of it for the alternatives below seeks any plan)
       queue.push({std::max(entry.bound, bound), true, entry.index});
       continue;
