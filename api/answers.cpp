@@ -34,7 +34,9 @@ Expected<std::string> ExportAnswer(const Plan& plan, const std::string& format, 
   // Lowered, validated and dry-run; compute-only, the same order without its sends and receives.
   Expected<Schedule> schedule = BuildSchedule(plan);
   if (!schedule.ok()) return schedule.status();
-  return ScheduleToPytorchCsv(with_communication ? *schedule : ComputeOnly(*schedule));
+  // With its sends and receives: each rank's receives posted in its peers' send order, as
+  // PyTorch's runtime, which matches messages untagged, needs (lower.h).
+  return ScheduleToPytorchCsv(with_communication ? PostReceivesInSendOrder(*schedule) : ComputeOnly(*schedule));
 }
 
 }  // namespace gpipe::api

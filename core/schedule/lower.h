@@ -13,6 +13,15 @@ namespace gpipe {
 /// REQUIRES: `schedule` has no send or receive actions yet.
 Schedule AddCommunication(const Schedule& schedule);
 
+/// The same schedule with each rank's receives from every peer posted in the order that peer
+/// sends: a receive that the rank's order reaches before messages the peer sends earlier brings
+/// their receives forward to just before it. For runtimes that match messages untagged, in
+/// posting order (PyTorch's compute_comms CSV over Gloo or NCCL), and post a receive without
+/// waiting for it (the wait is at the compute that reads it): the compute order is unchanged.
+/// Our executor matches by tag and needs none of this (receive buffers posted earlier are held
+/// longer). REQUIRES: `schedule` is lowered (AddCommunication) and valid.
+Schedule PostReceivesInSendOrder(const Schedule& schedule);
+
 /// The compute actions alone, in order: the inverse of AddCommunication.
 Schedule ComputeOnly(const Schedule& schedule);
 

@@ -30,7 +30,8 @@ ordinary optimizer on every replica: the same update, without the memory saving.
 Around PyTorch 2.11: a V rank's two middle stages are neighbours on one rank, and PyTorch's
 first-step warm-up sends from such a stage to itself, which Gloo cannot; that warm-up leaves its
 own rank out here. A "compute_comms" CSV runs only where every rank posts its receives from a
-peer in the order the peer sends (PyTorch sends untagged), and is refused otherwise. A stage
+peer in the order the peer sends (PyTorch sends untagged; `export --with-communication` writes
+them so), and is refused otherwise. A stage
 boundary carrying an integer tensor cannot run in PyTorch's PipelineStage, and is refused.
 
 Use it under torchrun (PYTHONPATH=python, or the pip package):
