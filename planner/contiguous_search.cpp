@@ -121,9 +121,9 @@ bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, dou
     if (ends != nullptr) (*ends)[q] = best;
     if (q + 1 < p_.ranks) {
       const double message = min_output_from_[first];
-      head += BoundForwardMs(a, best) + links_[q][q + 1].TransferMs(message);
+      head += BoundForwardMs(a, best) + forward_link_[q].TransferMs(message);
       tail += (split_ ? table_.BackwardMs(a, best) - table_.WeightMs(a, best) : table_.BackwardMs(a, best)) +
-              links_[q + 1][q].TransferMs(message);
+              backward_link_[q].TransferMs(message);
     }
     a = best;
   }
@@ -190,9 +190,9 @@ void ContiguousSearch::Dfs(int q, int a, double head, double tail, double bound)
       continue;
     }
     const double message = c->output_bytes;
-    const double next_head = head + c->forward_ms + links_[q][q + 1].TransferMs(message);
+    const double next_head = head + c->forward_ms + forward_link_[q].TransferMs(message);
     const double next_tail = tail + (split_ ? c->recompute_ms() + c->backward_input_ms : c->recompute_ms() + c->backward_ms) +
-                             links_[q + 1][q].TransferMs(message);
+                             backward_link_[q].TransferMs(message);
     if (RemainderFits(q + 1, e, next_head, next_tail, Cutoff(), nullptr)) Dfs(q + 1, e, next_head, next_tail, node_bound);
     max_forward_ = saved_max_forward;
     max_backward_ = saved_max_backward;

@@ -38,7 +38,7 @@ double InterleavedSearch::RootBound() const {
     const int from = stage_rank_[s], to = stage_rank_[s + 1];
     // (the turn of a V stays on its rank: no message)
     input.hop_ms.push_back(from == to ? 0.0
-                                      : std::min(links_[from][to].TransferMs(message), links_[to][from].TransferMs(message)));
+                                      : std::min(forward_link_[s].TransferMs(message), backward_link_[s].TransferMs(message)));
   }
   input.hop_ms.push_back(0.0);
   if (p_.replicas > 1) {

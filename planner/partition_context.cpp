@@ -36,11 +36,12 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
       in_flight_[r] = MaxInFlight(p_.schedule, ranks, p_.microbatches, r);
     }
   }
-  links_.assign(ranks, std::vector<Link>(ranks));
-  for (int from = 0; from < ranks; ++from) {
-    for (int to = 0; to < ranks; ++to) {
-      links_[from][to] = p_.cluster->LinkBetween(Device(0, from), Device(0, to));
-    }
+  // Only the links between neighbouring stages' ranks: all pairs cost K^2 lookups per
+  // configuration (a million at K = 1,019).
+  for (int s = 0; s + 1 < stages_; ++s) {
+    const int from = Device(0, stage_rank_[s]), to = Device(0, stage_rank_[s + 1]);
+    forward_link_.push_back(p_.cluster->LinkBetween(from, to));
+    backward_link_.push_back(p_.cluster->LinkBetween(to, from));
   }
   rings_.resize(ranks);
   for (int r = 0; r < ranks; ++r) {

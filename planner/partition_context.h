@@ -82,7 +82,9 @@ class PartitionContext {
   // backward, and the most micro-batches it holds in flight.
   std::vector<int> forwards_first_;
   std::vector<int> in_flight_;
-  std::vector<std::vector<Link>> links_;  // links_[from][to] between the ranks of pipeline 0
+  // Between the ranks of pipeline 0 that hold stages s and s + 1: forward_link_[s] from the first
+  // to the second, backward_link_[s] back.
+  std::vector<Link> forward_link_, backward_link_;
   std::vector<Ring> rings_;  // each rank's all-reduce ring over the replicas
   // min_output_from_[l]: the smallest message a boundary after layer l or later can carry.
   std::vector<double> min_output_from_;

@@ -326,8 +326,37 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     found.push_back(std::move(*candidate));
     return Status::Ok();
   };
+  // When no plan is found in time (memory so tight that the searches' first plans do not fit):
+  // the least-memory plan, found exactly by a dynamic program, fits when any one-stage-per-rank
+  // plan does. It is kept when the request's pins allow it. With whole-stage remat: its program
+  // is the faster by far (by layer it prices every n, which on a thousand layers takes longer
+  // than a time limit allows). Under auto that plan is one the search could return too. Offered
+  // once half the time limit has passed with no plan (its program and simulation take seconds
+  // with a thousand ranks: a time limit must hold them), else when the search stops without one.
+  bool least_memory_tried = false;
+  double least_memory_ms = kInfinity;
+  const auto OfferLeastMemory = [&] {
+    least_memory_tried = true;
+    SearchRequest whole = request;
+    if (request.remat == RematPolicy::kAuto) whole.remat = RematPolicy::kStages;
+    Expected<LeastMemory> least = LeastMemoryOn(whole, devices);
+    const double limit = static_cast<double>(request.cluster.device_memory_bytes);
+    if (least.ok() && least->peak_bytes <= limit && (!request.schedule || *request.schedule == least->plan.schedule)) {
+      Expected<Candidate> candidate = Evaluate(least->plan, false);
+      if (candidate.ok()) {
+        least_memory_ms = candidate->step_time_ms;
+        best = std::min(best, least_memory_ms);
+        found.push_back(std::move(*candidate));
+      }
+    }
+  };
+  SearchRequest halfway = request;
+  halfway.time_limit_s = request.time_limit_s / 2;
+  halfway.stop = nullptr;
+  const std::function<bool()> half_time_up = DeadlineOf(halfway);
   auto last_report = std::chrono::steady_clock::now();
   while (!queue.empty()) {
+    if (!least_memory_tried && !std::isfinite(best) && half_time_up()) OfferLeastMemory();
     const Entry entry = queue.top();
     if (request.target_gap > 0 && Gap(best, std::min(done_bound, entry.bound)) <= request.target_gap) {
       out.stopped_by_gap = true;
@@ -398,27 +427,8 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
     GPIPE_RETURN_IF_ERROR(keep(*result));
   }
-  if (!std::isfinite(best) && (out.stopped_by_time || !out.proven_optimal)) {
-    // Stopped before any plan was found (memory so tight that the searches' first plans do not
-    // fit): the least-memory plan, found exactly by a dynamic program, fits when any one-stage-
-    // per-rank plan does. It is kept when the request's pins allow it.
-    // With whole-stage remat: its program is the faster by far (by layer it prices every n, which
-    // on a thousand layers takes longer than a time limit allows). Under auto that plan is one
-    // the search could return too.
-    SearchRequest whole = request;
-    if (request.remat == RematPolicy::kAuto) whole.remat = RematPolicy::kStages;
-    Expected<LeastMemory> least = LeastMemoryOn(whole, devices);
-    const double limit = static_cast<double>(request.cluster.device_memory_bytes);
-    if (least.ok() && least->peak_bytes <= limit &&
-        (!request.schedule || *request.schedule == least->plan.schedule)) {
-      Expected<Candidate> candidate = Evaluate(least->plan, false);
-      if (candidate.ok()) {
-        best = candidate->step_time_ms;
-        found.push_back(std::move(*candidate));
-        out.best_is_least_memory = true;
-      }
-    }
-  }
+  if (!least_memory_tried && !std::isfinite(best) && (out.stopped_by_time || !out.proven_optimal)) OfferLeastMemory();
+  out.best_is_least_memory = least_memory_ms <= best;
   if (request.progress) request.progress(problems.size(), problems.size(), best);
   // What is still queued (stopped early) counts with its key; what was ruled out by
   // kAlternatives has keys of at least best.
