@@ -305,6 +305,7 @@ double PathLowerBound(const PathBoundInput& input) {
   double bound = FrankWolfe(forward_chains, {}, times, stages, input);
   if (input.enough > 0 && bound >= input.enough) return bound;
   const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
+  if (chains.size() == forward_chains.size()) return bound;  // (no backward starts: nothing new)
   std::vector<size_t> drains(schedule.num_ranks(), chains.size());
   for (size_t c = 0; c < chains.size(); ++c) {
     const Chain& chain = chains[c];
@@ -313,12 +314,9 @@ double PathLowerBound(const PathBoundInput& input) {
     if (best == chains.size() || chain.first_action < chains[best].first_action) best = c;
   }
   drains.erase(std::remove(drains.begin(), drains.end(), chains.size()), drains.end());
-  for (const std::vector<size_t>& start : {std::vector<size_t>{}, drains}) {
-    if (start.empty() && chains.size() == forward_chains.size()) continue;  // (the same run again)
-    bound = std::max(bound, FrankWolfe(chains, start, times, stages, input));
-    if ((input.enough > 0 && bound >= input.enough) || drains.empty()) break;
-  }
-  return bound;
+  bound = std::max(bound, FrankWolfe(chains, {}, times, stages, input));
+  if ((input.enough > 0 && bound >= input.enough) || drains.empty()) return bound;
+  return std::max(bound, FrankWolfe(chains, drains, times, stages, input));
 }
 
 }  // namespace gpipe
