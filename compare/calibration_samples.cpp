@@ -45,7 +45,7 @@ void GatherCompute(const CostedRun& run, std::vector<ComputeSample>& compute) {
       }
     }
   }
-  const int per_node = RanksPerNode(run.plan.cluster, run.plan.num_ranks() * run.plan.replicas);
+  const int per_node = RanksPerNode(run.plan.cluster, run.plan.num_ranks(), run.plan.replicas, run.plan.tensor_parallel);
   for (const auto& [key, values] : durations) {
     const auto& [rank, op, stage] = key;
     const StageCost& c = run.costs.stages[stage];

@@ -7,8 +7,6 @@
 
 #include "core/profile_sizes.h"
 #include "core/schedule/placement.h"
-#include "core/schedule/validate.h"
-#include "simulator/cost_model.h"
 #include "simulator/simulator.h"
 
 namespace gpipe {
@@ -58,20 +56,15 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
   answer.plan.cluster = cluster;
   answer.peak_bytes = least->peak_bytes;
   if (!with_parts) return answer;
-  // The fullest rank's parts, from the simulator itself.
-  Expected<Schedule> schedule = BuildSchedule(answer.plan);
-  Expected<CostModel> costs = BuildCostModel(answer.plan);
-  if (schedule.ok() && costs.ok()) {
-    Expected<SimResult> sim = Simulate(*schedule, *costs);
-    if (sim.ok()) {
-      for (size_t r = 0; r < sim->ranks.size(); ++r) {
-        if (sim->ranks[r].peak_memory_bytes > sim->ranks[answer.fullest_rank].peak_memory_bytes) {
-          answer.fullest_rank = static_cast<int>(r);
-        }
+  // The fullest rank's parts, from the simulator itself (no timeline: only the peaks).
+  if (Expected<SimResult> sim = SimulatePlan(answer.plan, SimOptions{false}); sim.ok()) {
+    for (size_t r = 0; r < sim->ranks.size(); ++r) {
+      if (sim->ranks[r].peak_memory_bytes > sim->ranks[answer.fullest_rank].peak_memory_bytes) {
+        answer.fullest_rank = static_cast<int>(r);
       }
-      answer.model_state_bytes = sim->ranks[answer.fullest_rank].static_bytes;
-      answer.activation_bytes = sim->ranks[answer.fullest_rank].peak_activation_bytes;
     }
+    answer.model_state_bytes = sim->ranks[answer.fullest_rank].static_bytes;
+    answer.activation_bytes = sim->ranks[answer.fullest_rank].peak_activation_bytes;
   }
   return answer;
 }

@@ -15,8 +15,7 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
                                    static_cast<double>(problem.profile->microbatch_size),
              problem.optimizer, calibration_ ? &*calibration_ : nullptr,
              CoreSharingOf(*problem.profile, *problem.cluster, calibration_ ? &*calibration_ : nullptr,
-                           RanksPerNode(*problem.cluster, problem.ranks * problem.replicas * problem.tensor_parallel) /
-                               problem.tensor_parallel,
+                           RanksPerNode(*problem.cluster, problem.ranks, problem.replicas, problem.tensor_parallel),
                            problem.ranks)
                  .static_ranks,
              problem.sharded_optimizer ? problem.replicas : 1),

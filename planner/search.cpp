@@ -61,8 +61,7 @@ double CheapBound(const PartitionProblem& problem) {
       EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
   if (calibration) {
     // Under core sharing the stage times carry one rank's factor and sharing only slows them.
-    const int per_node =
-        RanksPerNode(*problem.cluster, problem.ranks * problem.replicas * problem.tensor_parallel) / problem.tensor_parallel;
+    const int per_node = RanksPerNode(*problem.cluster, problem.ranks, problem.replicas, problem.tensor_parallel);
     scale *= calibration->ComputeScale(
         CoreSharingOf(*problem.profile, *problem.cluster, &*calibration, per_node, problem.ranks).static_ranks);
   }
@@ -142,7 +141,7 @@ void ConfigurationsAt(const SearchRequest& request, int t, const Profile& profil
     if (replicas == 1 && request.sharded_optimizer.value_or(false)) continue;  // ZeRO-1 shards over D >= 2
     for (int ranks = 1; ranks * replicas <= devices && ranks <= layers; ++ranks) {
       if (request.ranks && ranks != *request.ranks) continue;
-      const bool too_many = cap > 0 && RanksPerNode(request.cluster, ranks * replicas * t) / t > cap;
+      const bool too_many = cap > 0 && RanksPerNode(request.cluster, ranks, replicas, t) > cap;
       for (int microbatches : Divisors(request.global_batch / replicas)) {
         if (request.microbatches && microbatches != *request.microbatches) continue;
         for (ScheduleKind kind : kinds) {

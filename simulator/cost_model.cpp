@@ -74,7 +74,7 @@ Expected<CostModel> BuildCostModel(const Plan& plan) {
   }
   const int t = plan.tensor_parallel;
   // Groups of t devices per node (CPU core sharing is priced per rank; t > 1 needs a GPU profile).
-  const int per_node = RanksPerNode(plan.cluster, plan.num_ranks() * plan.replicas * t) / t;
+  const int per_node = RanksPerNode(plan.cluster, plan.num_ranks(), plan.replicas, t);
   CoreSharing sharing = CoreSharingOf(profile, plan.cluster, calibration, per_node, plan.num_ranks());
   if (!sharing.active_rate.empty()) {
     model.calibration_note += "; " + std::to_string(per_node) + " ranks share a node that computes " +
@@ -209,6 +209,10 @@ std::vector<double> ParamBytesPerRank(const Plan& plan) { return ParamBytesPerRa
 
 int RanksPerNode(const Cluster& cluster, int devices) {
   return cluster.devices_per_node ? std::min(devices, *cluster.devices_per_node) : devices;
+}
+
+int RanksPerNode(const Cluster& cluster, int ranks, int replicas, int tensor_parallel) {
+  return RanksPerNode(cluster, ranks * replicas * tensor_parallel) / tensor_parallel;
 }
 
 Ring RingOf(const Cluster& cluster, const std::vector<int>& devices) {

@@ -180,6 +180,10 @@ std::vector<double> ParamBytesPerRank(const Plan& plan);
 
 /// How many of a plan's `devices` (K x D) share the busiest node of `cluster`.
 int RanksPerNode(const Cluster& cluster, int devices);
+/// The same in ranks of t devices each: how many of the `ranks` x `replicas` ranks (each on
+/// `tensor_parallel` devices of a node) share the busiest node. What core sharing and the
+/// calibration's compute scale are priced by.
+int RanksPerNode(const Cluster& cluster, int ranks, int replicas, int tensor_parallel);
 
 /// Ranks that share a node's cores. When a plan puts more ranks on a node than it computes at
 /// full speed at once, how much they slow each other depends on how many compute at the same
