@@ -427,7 +427,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     GPIPE_RETURN_IF_ERROR(keep(*result));
   }
   if (!least_memory_tried && !std::isfinite(best) && (out.stopped_by_time || !out.proven_optimal)) OfferLeastMemory();
-  out.best_is_least_memory = least_memory_ms <= best;
+  out.best_is_least_memory = std::isfinite(least_memory_ms) && least_memory_ms <= best;
   if (request.progress) request.progress(problems.size(), problems.size(), best);
   // What is still queued (stopped early) counts with its key; what was ruled out by
   // kAlternatives has keys of at least best.

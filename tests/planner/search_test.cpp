@@ -52,8 +52,10 @@ TEST(Search, FindsTheFastestPlanOverEveryConfiguration) {
     EXPECT_TRUE(result->proven_optimal);
     if (std::isinf(brute)) {
       EXPECT_FALSE(result->best.has_value());
+      EXPECT_FALSE(result->best_is_least_memory);  // (no plan at all: not the least-memory one)
       continue;
     }
+    EXPECT_FALSE(result->best_is_least_memory) << "trial " << trial << ": searched to the end, the search's own plan";
     ++feasible;
     ASSERT_TRUE(result->best.has_value()) << "trial " << trial;
     EXPECT_NEAR(result->best->step_time_ms, brute, 1e-9 * brute) << "trial " << trial;
