@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -141,11 +142,10 @@ void InterleavedSearch::Dfs(int s, int a) {
     rank_recompute_[rank] = least_recompute;
     rank_work_[rank] += work + forced;
     rank_input_work_[rank] += input_work + forced;
-    forced_so_far_ += forced;
     rank_static_[rank] += static_bytes;
     const double previous_activation = rank_activation_[rank];
     rank_activation_[rank] = std::max(previous_activation, activation);
-    double bound = average + m * forced_so_far_ / p_.ranks;
+    double bound = average + m * std::accumulate(rank_recompute_.begin(), rank_recompute_.end(), 0.0) / p_.ranks;
     for (int r = 0; r < p_.ranks && r <= s; ++r) {
       bound = std::max(bound, split_ ? std::max(head_[r] + m * rank_work_[r], head_[r] + m * rank_input_work_[r] + tail_[r])
                                      : head_[r] + m * rank_work_[r] + tail_[r]);
@@ -159,7 +159,6 @@ void InterleavedSearch::Dfs(int s, int a) {
     }
     rank_work_[rank] -= work + forced;
     rank_input_work_[rank] -= input_work + forced;
-    forced_so_far_ -= forced;
     rank_recompute_[rank] = previous_recompute;
     rank_static_[rank] -= static_bytes;
     rank_activation_[rank] = previous_activation;

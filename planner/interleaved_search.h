@@ -73,9 +73,8 @@ class InterleavedSearch : public BranchAndBound {
   std::vector<StageCost> floor_recompute_ = std::vector<StageCost>(stages_);
   std::vector<double> stage_forward_ = std::vector<double>(stages_, 0.0);
   mutable std::vector<const StageCost*> chosen_scratch_;
-  // Per rank, its LeastRecomputeMs so far (in rank_work_ and rank_input_work_ too), and summed.
+  // Per rank, its LeastRecomputeMs so far (in rank_work_ and rank_input_work_ too).
   std::vector<double> rank_recompute_ = std::vector<double>(p_.ranks, 0.0);
-  double forced_so_far_ = 0;
   std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
 };
 

@@ -221,11 +221,11 @@ Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
   return c;
 }
 
-std::function<bool()> DeadlineOf(const SearchRequest& request) {
+std::function<bool()> DeadlineOf(const SearchRequest& request, double share) {
   std::function<double()> clock = request.clock ? request.clock : [] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
-  const double stop_at = clock() + request.time_limit_s;  // infinity without a limit
+  const double stop_at = clock() + share * request.time_limit_s;  // infinity without a limit
   return [clock = std::move(clock), stop_at, stop = request.stop] {
     return (std::isfinite(stop_at) && clock() >= stop_at) || (stop && stop());
   };
@@ -349,10 +349,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       }
     }
   };
-  SearchRequest halfway = request;
-  halfway.time_limit_s = request.time_limit_s / 2;
-  halfway.stop = nullptr;
-  const std::function<bool()> half_time_up = DeadlineOf(halfway);
+  const std::function<bool()> half_time_up = DeadlineOf(request, 0.5);
   auto last_report = std::chrono::steady_clock::now();
   while (!queue.empty()) {
     if (!least_memory_tried && !std::isfinite(best) && half_time_up()) OfferLeastMemory();
