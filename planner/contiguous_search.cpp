@@ -1,15 +1,18 @@
 #include "planner/contiguous_search.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "planner/remat_choices.h"
 
 namespace gpipe::partition_internal {
 
 double ContiguousSearch::RootBound() const {
-  // lo fails: every partition has a relaxed bound of at least lo.
+  // lo fails: every partition has a relaxed bound of at least lo. The chains of the schedule's
+  // own order (planner/path_bound.h) see the fill, the drain and the all-reduces together.
   const std::optional<Bracket> b = RelaxedThreshold();
-  return b ? b->lo : kInfinity;
+  if (!b) return kInfinity;
+  return p_.quick_bound || b->lo >= p_.cutoff_ms ? b->lo : std::max(b->lo, PathBound());
 }
 
 Expected<PartitionResult> ContiguousSearch::Run() {
@@ -17,7 +20,8 @@ Expected<PartitionResult> ContiguousSearch::Run() {
   best_ = p_.cutoff_ms;
   // The root bound and the first incumbent come from the same threshold.
   const std::optional<Bracket> threshold = RelaxedThreshold();
-  const double root = threshold ? threshold->lo : kInfinity;
+  double root = threshold ? threshold->lo : kInfinity;
+  if (threshold) root = std::max(root, std::isnan(p_.root_bound_ms) ? PathBound() : p_.root_bound_ms);
   if (threshold) SeedIncumbent(*threshold);
   Dfs(0, 0, 0.0, 0.0, 0.0);
   return Finish(root);

@@ -8,7 +8,6 @@
 
 #include "core/schedule/generators.h"
 #include "planner/bisection.h"
-#include "planner/path_bound.h"
 #include "planner/rank_load_bound.h"
 #include "planner/remat_choices.h"
 
@@ -24,39 +23,7 @@ double InterleavedSearch::RootBound() const {
   const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, busiest);
   // The chains of the schedule's own order (planner/path_bound.h): they see the waits of every
   // round, which the spread work does not.
-  // (Run has the shape's schedule already; a bound alone generates it.)
-  std::optional<Schedule> generated;
-  if (evaluator_ == nullptr) {
-    Expected<Schedule> schedule = GenerateSchedule(p_.schedule, p_.ranks, stages_, p_.microbatches);
-    if (!schedule.ok()) return spread;
-    generated = std::move(*schedule);
-  }
-  PathBoundInput input;
-  input.schedule = evaluator_ != nullptr ? &evaluator_->schedule() : &*generated;
-  input.table = &table_;
-  const double message = min_output_from_[0];  // the smallest any boundary can carry
-  for (int s = 0; s + 1 < stages_; ++s) {
-    const int from = stage_rank_[s], to = stage_rank_[s + 1];
-    // (the turn of a V stays on its rank: no message)
-    input.hop_ms.push_back(from == to ? 0.0
-                                      : std::min(forward_link_[s].TransferMs(message), backward_link_[s].TransferMs(message)));
-  }
-  input.hop_ms.push_back(0.0);
-  if (p_.replicas > 1) {
-    for (int r = 0; r < p_.ranks; ++r) {
-      // The ring model is affine in the bytes; a measured curve need not be: nothing then.
-      // (Tied parameters: per-layer sums count them twice, so no per-byte term.)
-      const Ring& ring = rings_[r];
-      AllReduceLine line;
-      if (ring.measured.empty()) {
-        line.fixed_ms = ring.AllReduceMs(0.0);
-        if (!table_.has_tied_parameters()) line.ms_per_byte = ring.AllReduceMs(1e9) / 1e9 - line.fixed_ms / 1e9;
-      }
-      input.allreduce.push_back(line);
-    }
-  }
-  if (std::isfinite(p_.cutoff_ms)) input.enough = p_.cutoff_ms;
-  return std::max(spread, PathLowerBound(input));
+  return std::max(spread, PathBound());
 }
 
 bool InterleavedSearch::MemoryCanFit() const {

@@ -74,6 +74,11 @@ struct PartitionProblem {
   /// PartitionLowerBound of this problem when the caller has it already (a search's key), reused
   /// as the root bound instead of computed again; NaN: none.
   double root_bound_ms = std::numeric_limits<double>::quiet_NaN();
+  /// PartitionLowerBound leaves out the chains of the schedule's own order with one stage per
+  /// rank, and their game over the schedule's longest paths with several (planner/path_bound.h),
+  /// which costs up to a few hundred dynamic programs over the layers; a search of many
+  /// configurations computes them for its contenders only.
+  bool quick_bound = false;
   /// Schedules' evaluators and memory frontiers shared with other searches of the same caller
   /// (not owned; null: the search builds its own).
   ShapeCache* shapes = nullptr;

@@ -1,9 +1,11 @@
 #include "planner/partition_context.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/schedule/generators.h"
 #include "core/schedule/placement.h"
+#include "planner/path_bound.h"
 
 namespace gpipe::partition_internal {
 
@@ -53,6 +55,42 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
   total_forward_ = BoundForwardMs(0, layers_);
   total_backward_ = table_.BackwardMs(0, layers_);
   total_input_gradient_ = total_backward_ - table_.WeightMs(0, layers_);
+}
+
+double PartitionContext::PathBound() const {
+  std::optional<Schedule> generated;
+  if (evaluator_ == nullptr) {
+    Expected<Schedule> schedule = GenerateSchedule(p_.schedule, p_.ranks, stages_, p_.microbatches);
+    if (!schedule.ok()) return 0.0;
+    generated = std::move(*schedule);
+  }
+  PathBoundInput input;
+  input.schedule = evaluator_ != nullptr ? &evaluator_->schedule() : &*generated;
+  input.table = &table_;
+  const double message = min_output_from_[0];  // the smallest any boundary can carry
+  for (int s = 0; s + 1 < stages_; ++s) {
+    const int from = stage_rank_[s], to = stage_rank_[s + 1];
+    // (the turn of a V stays on its rank: no message)
+    input.hop_ms.push_back(from == to ? 0.0
+                                      : std::min(forward_link_[s].TransferMs(message), backward_link_[s].TransferMs(message)));
+  }
+  input.hop_ms.push_back(0.0);
+  if (p_.replicas > 1) {
+    for (int r = 0; r < p_.ranks; ++r) {
+      // The ring model is affine in the bytes; a measured curve need not be: nothing then.
+      // (Tied parameters: per-layer sums count them twice, so no per-byte term.)
+      const Ring& ring = rings_[r];
+      AllReduceLine line;
+      if (ring.measured.empty()) {
+        line.fixed_ms = ring.AllReduceMs(0.0);
+        if (!table_.has_tied_parameters()) line.ms_per_byte = ring.AllReduceMs(1e9) / 1e9 - line.fixed_ms / 1e9;
+      }
+      input.allreduce.push_back(line);
+    }
+  }
+  if (std::isfinite(p_.cutoff_ms)) input.enough = p_.cutoff_ms;
+  if (p_.quick_bound) input.game_iterations = 0;
+  return PathLowerBound(input);
 }
 
 }  // namespace gpipe::partition_internal

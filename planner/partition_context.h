@@ -56,6 +56,11 @@ class PartitionContext {
   double BoundForwardMs(int a, int e) const {
     return p_.remat == RematPolicy::kOff ? table_.ForwardMs(a, e) : table_.LeastForwardMs(a, e);
   }
+  // The bound of planner/path_bound.h over the schedule's own order of actions (its game too
+  // unless the problem asks for a quick bound), with the least message between neighbouring
+  // stages and each rank's all-reduce after its last action. (With UseShape: the shape's
+  // schedule; else it generates one.)
+  double PathBound() const;
   // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
   // REQUIRES: UseShape.
   double Peak(int rank, const StageCost* const* costs) const {

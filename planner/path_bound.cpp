@@ -3,26 +3,17 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <optional>
+
+#include "planner/matrix_game.h"
+#include "planner/precedence_graph.h"
 
 namespace gpipe {
 namespace {
 
+using namespace path_internal;  // NOLINT: the op indices and the graph
+
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
-// The compute ops a chain counts, and their index in a stage's coefficients.
-// P: the stage's parameter bytes, which a chain ending at its rank's last action prices at the
-// all-reduce's time per byte.
-constexpr int kF = 0, kB = 1, kI = 2, kW = 3, kP = 4, kOps = 5;
-
-int OpIndex(Op op) {
-  switch (op) {
-    case Op::kForward: return kF;
-    case Op::kBackward: return kB;
-    case Op::kBackwardInput: return kI;
-    case Op::kBackwardWeight: return kW;
-    default: return -1;
-  }
-}
-
 using Coefficients = std::vector<std::array<double, kOps>>;  // per stage, per op
 
 // One chain: forwards of the stages before `head`, its rank's actions (`body`: stage, op, count),
@@ -41,12 +32,7 @@ struct Chain {
   size_t first_action = 0;
   bool to_last = false;
   bool reduced = false;
-  struct Term {
-    int stage;
-    int op;
-    double count;
-  };
-  std::vector<Term> body;
+  std::vector<PathTerm> body;
   double hops = 0;
 
   // Adds `share` x this chain's coefficients to `c`.
@@ -271,11 +257,13 @@ double FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& s
     }
     const Chain* longest = nullptr;
     double longest_ms = -1;
-    for (const Chain& chain : chains) {
-      const double ms = chain.Ms(stage_times, prefix);
-      if (ms > longest_ms) {
-        longest_ms = ms;
-        longest = &chain;
+    {
+      for (const Chain& chain : chains) {
+        const double ms = chain.Ms(stage_times, prefix);
+        if (ms > longest_ms) {
+          longest_ms = ms;
+          longest = &chain;
+        }
       }
     }
     const double step = 2.0 / (k + 2.0);
@@ -284,6 +272,162 @@ double FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& s
     }
     longest->AddTo(step, &weights);
     hops = (1 - step) * hops + step * longest->hops;
+  }
+  return bound;
+}
+
+// A convex combination of chains: its coefficients per stage and op, and its messages' time.
+struct Row {
+  Coefficients c;
+  double hops = 0;
+};
+
+Row RowOf(const std::vector<Chain>& chains, const std::vector<size_t>& mix, int stages) {
+  Row row{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
+  const size_t n = mix.empty() ? chains.size() : mix.size();
+  for (size_t k = 0; k < n; ++k) {
+    const Chain& chain = chains[mix.empty() ? k : mix[k]];
+    chain.AddTo(1.0 / static_cast<double>(n), &row.c);
+    row.hops += chain.hops / static_cast<double>(n);
+  }
+  return row;
+}
+
+Row RowOf(const GraphPath& path, int stages) {
+  Row row{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), path.hops};
+  for (const auto& [stage, op, count] : path.body) row.c[stage][op] += count;
+  return row;
+}
+
+double RowMs(const Row& row, const std::vector<std::array<double, kOps>>& stage_times) {
+  double ms = row.hops;
+  for (size_t s = 0; s < stage_times.size(); ++s) {
+    for (int op = 0; op < kOps; ++op) ms += row.c[s][op] * stage_times[s][op];
+  }
+  return ms;
+}
+
+std::vector<std::array<double, kOps>> StageTimesOf(const std::vector<int>& ends,
+                                                    const std::vector<std::array<double, kOps>>& times) {
+  std::vector<std::array<double, kOps>> stage_times(ends.size());
+  for (size_t s = 0, l = 0; s < ends.size(); ++s) {
+    stage_times[s] = {0.0, 0.0, 0.0, 0.0, 0.0};
+    for (; l < static_cast<size_t>(ends[s]); ++l) {
+      for (int op = 0; op < kOps; ++op) stage_times[s][op] += times[l][op];
+    }
+  }
+  return stage_times;
+}
+
+// The bound as a game (a double oracle): the bound picks a mix of chains, a partition answers
+// with the least weighted length. Over the chains and partitions met so far the game is solved
+// exactly (planner/matrix_game.h); the mix of chains it finds is priced against every partition
+// by the dynamic program (a bound, and a new partition), and the graph's longest path for the
+// partitions' mix joins the chains. It stops when no path is longer, for the partitions' mix,
+// than the bound: the chains' best mix is then found.
+constexpr size_t kGameKept = 64;
+// The game stops once no path, for the partitions' mix, is longer than the bound by this share.
+constexpr double kGameTolerance = 1e-3;
+
+double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::vector<std::array<double, kOps>>& times,
+                 int stages, const PathBoundInput& input) {
+  std::vector<std::vector<std::array<double, kOps>>> partitions;
+  std::vector<std::vector<double>> a(rows.size());  // a[row][partition]: the row's length there
+  std::vector<double> mix(rows.size(), 1.0 / static_cast<double>(rows.size())), answer;
+  std::vector<int> ends;
+  double bound = 0;
+  // The game starts from the partition that spreads the work most evenly, and its longest path:
+  // the partitions a mix of chains prefers are lopsided at first, and so would their paths be.
+  {
+    std::vector<double> work(times.size() + 1, 0.0);
+    for (size_t l = 0; l < times.size(); ++l) work[l + 1] = work[l] + times[l][kF] + times[l][kB];
+    const int layers = static_cast<int>(times.size());
+    ends.assign(stages, layers);
+    for (int s = 0, l = 0; s + 1 < stages; ++s) {
+      const double target = work.back() * (s + 1) / stages;
+      int e = l + 1;
+      while (e < layers - (stages - 1 - s) && work[e + 1] <= target) ++e;
+      if (e < layers - (stages - 1 - s) && target - work[e] > work[e + 1] - target) ++e;
+      ends[s] = e;
+      l = e;
+    }
+    partitions.push_back(StageTimesOf(ends, times));
+    for (size_t i = 0; i < rows.size(); ++i) a[i].push_back(RowMs(rows[i], partitions.back()));
+    for (const GraphPath& path : LongestPaths(graph, partitions.back(), input.allreduce, true)) {
+      rows.push_back(RowOf(path, stages));
+      a.push_back({RowMs(rows.back(), partitions.back())});
+    }
+    mix.assign(rows.size(), 0.0);  // (replaced by the game's solution at once)
+  }
+  for (int k = 0; k < input.game_iterations; ++k) {
+    if (!partitions.empty()) {
+      const MatrixGameSolution solution = SolveMatrixGame(a);
+      mix = solution.row;
+      answer = solution.column;
+      // The chains and partitions outside both mixes are dropped once there are many (the
+      // program's pivots grow with its size); the oracles bring back any that matter.
+      if (rows.size() > kGameKept) {
+        size_t kept = 0;
+        for (size_t i = 0; i < rows.size(); ++i) {
+          if (mix[i] == 0) continue;
+          if (kept != i) {
+            rows[kept] = std::move(rows[i]);
+            a[kept] = std::move(a[i]);
+            mix[kept] = mix[i];
+          }
+          ++kept;
+        }
+        rows.resize(kept);
+        a.resize(kept);
+        mix.resize(kept);
+      }
+      if (partitions.size() > kGameKept) {
+        size_t kept = 0;
+        for (size_t j = 0; j < partitions.size(); ++j) {
+          if (answer[j] == 0) continue;
+          if (kept != j) {
+            partitions[kept] = std::move(partitions[j]);
+            for (std::vector<double>& row : a) row[kept] = row[j];
+            answer[kept] = answer[j];
+          }
+          ++kept;
+        }
+        partitions.resize(kept);
+        for (std::vector<double>& row : a) row.resize(kept);
+        answer.resize(kept);
+      }
+    }
+    Row weighted{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (mix[i] == 0) continue;
+      for (int s = 0; s < stages; ++s) {
+        for (int op = 0; op < kOps; ++op) weighted.c[s][op] += mix[i] * rows[i].c[s][op];
+      }
+      weighted.hops += mix[i] * rows[i].hops;
+    }
+    const double least = LeastOverPartitions(weighted.c, times, &ends) + weighted.hops;
+    bound = std::max(bound, least);
+    if (input.enough > 0 && bound >= input.enough) break;
+    partitions.push_back(StageTimesOf(ends, times));
+    for (size_t i = 0; i < rows.size(); ++i) a[i].push_back(RowMs(rows[i], partitions.back()));
+    // The partitions' mix (the first partition alone at first) and its longest path.
+    std::vector<std::array<double, kOps>> mixed(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
+    for (size_t j = 0; j < partitions.size(); ++j) {
+      const double share = answer.empty() ? 1.0 : j < answer.size() ? answer[j] : 0.0;
+      if (share == 0) continue;
+      for (int s = 0; s < stages; ++s) {
+        for (int op = 0; op < kOps; ++op) mixed[s][op] += share * partitions[j][s][op];
+      }
+    }
+    const std::vector<GraphPath> longest_path = LongestPaths(graph, mixed, input.allreduce, false);
+    if (longest_path.empty()) break;
+    Row row = RowOf(longest_path.front(), stages);
+    const double longest = RowMs(row, mixed);
+    if (longest <= bound * (1 + kGameTolerance)) break;
+    std::vector<double> lengths;
+    for (const auto& partition : partitions) lengths.push_back(RowMs(row, partition));
+    rows.push_back(std::move(row));
+    a.push_back(std::move(lengths));
   }
   return bound;
 }
@@ -302,10 +446,25 @@ double PathLowerBound(const PathBoundInput& input) {
   // dilutes and Frank-Wolfe's few steps need not find: zero-bubble schedules at small M).
   const std::vector<Chain> forward_chains = ChainsOf(schedule, input.hop_ms, input.allreduce, false);
   if (forward_chains.empty()) return 0.0;
+  const std::optional<PrecedenceGraph> built =
+      input.game_iterations > 0 ? PrecedenceGraphOf(schedule, input.hop_ms, input.max_graph_nodes) : std::nullopt;
+  const PrecedenceGraph* graph = built ? &*built : nullptr;
   double bound = FrankWolfe(forward_chains, {}, times, stages, input);
   if (input.enough > 0 && bound >= input.enough) return bound;
+  // Each rank's whole order, from its first forward to its last action and its all-reduce: their
+  // average is the work and the all-reduces spread over the ranks (plus the average fill), which
+  // the average over all chains dilutes with chains that end before the all-reduce.
+  std::vector<size_t> wholes(schedule.num_ranks(), forward_chains.size());
+  for (size_t c = 0; c < forward_chains.size(); ++c) {
+    const Chain& chain = forward_chains[c];
+    if (!chain.to_last || chain.reduced != !input.allreduce.empty()) continue;
+    size_t& best = wholes[chain.rank];
+    if (best == forward_chains.size() || chain.first_action < forward_chains[best].first_action) best = c;
+  }
+  wholes.erase(std::remove(wholes.begin(), wholes.end(), forward_chains.size()), wholes.end());
+  if (!wholes.empty()) bound = std::max(bound, FrankWolfe(forward_chains, wholes, times, stages, input));
+  if (input.enough > 0 && bound >= input.enough) return bound;
   const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
-  if (chains.size() == forward_chains.size()) return bound;  // (no backward starts: nothing new)
   std::vector<size_t> drains(schedule.num_ranks(), chains.size());
   for (size_t c = 0; c < chains.size(); ++c) {
     const Chain& chain = chains[c];
@@ -314,9 +473,15 @@ double PathLowerBound(const PathBoundInput& input) {
     if (best == chains.size() || chain.first_action < chains[best].first_action) best = c;
   }
   drains.erase(std::remove(drains.begin(), drains.end(), chains.size()), drains.end());
-  bound = std::max(bound, FrankWolfe(chains, {}, times, stages, input));
-  if ((input.enough > 0 && bound >= input.enough) || drains.empty()) return bound;
-  return std::max(bound, FrankWolfe(chains, drains, times, stages, input));
+  if (chains.size() > forward_chains.size()) bound = std::max(bound, FrankWolfe(chains, {}, times, stages, input));
+  if (input.enough > 0 && bound >= input.enough) return bound;
+  if (!drains.empty()) bound = std::max(bound, FrankWolfe(chains, drains, times, stages, input));
+  if ((input.enough > 0 && bound >= input.enough) || graph == nullptr || input.game_iterations < 1) return bound;
+  std::vector<Row> rows = {RowOf(forward_chains, {}, stages), RowOf(chains, {}, stages)};
+  if (!wholes.empty()) rows.push_back(RowOf(forward_chains, wholes, stages));
+  if (!drains.empty()) rows.push_back(RowOf(chains, drains, stages));
+  const double game = GameBound(std::move(rows), *graph, times, stages, input);
+  return std::max(bound, game);
 }
 
 }  // namespace gpipe

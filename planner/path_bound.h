@@ -45,6 +45,11 @@ struct PathBoundInput {
   std::vector<AllReduceLine> allreduce;
   /// Frank-Wolfe steps (each one dynamic program over layers x stages).
   int iterations = 12;
+  /// Frank-Wolfe's step takes the longest path of the schedule's whole precedence graph where it
+  /// has at most this many compute actions, else the longest of the chains above.
+  size_t max_graph_nodes = size_t{1} << 18;
+  /// Rounds of the game over chains and partitions (where the graph is small enough).
+  int game_iterations = 150;
   /// Stop once the bound reaches this (the caller only needs to know that it does).
   double enough = 0;
 };

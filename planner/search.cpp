@@ -277,14 +277,15 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // alternatives allow, nothing left can matter.
   struct Entry {
     double bound;
-    bool partition_bound;  // the key is PartitionLowerBound, not CheapBound
+    // The key: 0 CheapBound, 1 PartitionLowerBound's quick bound, 2 its full one.
+    int level;
     size_t index;
     bool operator>(const Entry& other) const {
       return bound != other.bound ? bound > other.bound : index > other.index;
     }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-  for (size_t i = 0; i < problems.size(); ++i) queue.push({CheapBound(problems[i]), false, i});
+  for (size_t i = 0; i < problems.size(); ++i) queue.push({CheapBound(problems[i]), 0, i});
 
   // Every configuration's share of the lower bound: what its search proved, or, while it waits in
   // the queue, its key. `done_bound` is the least over those no longer queued.
@@ -378,12 +379,16 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       lower(entry.bound, problem, " (its lower bound)");
       continue;
     }
-    if (!entry.partition_bound) {
+    if (entry.level < 2) {
+      // First the quick bound, then (several stages per rank) the full one: its game is played
+      // only for the configurations whose quick bound is below the best plan found.
       problem.cutoff_ms = cutoff(problem);  // a bound need not be computed past the best step found
+      problem.quick_bound = entry.level == 0;
       const double bound = PartitionLowerBound(problem);
+      problem.quick_bound = false;
       problem.root_bound_ms = bound;  // (its search starts from it)
       problem.cutoff_ms = kInfinity;  // (a search of it for the alternatives below seeks any plan)
-      queue.push({std::max(entry.bound, bound), true, entry.index});
+      queue.push({std::max(entry.bound, bound), entry.level + 1, entry.index});
       continue;
     }
     if (entry.bound >= cutoff(problem)) {

@@ -1,0 +1,93 @@
+// SolveMatrixGame against games whose values are known in closed form, and on random games
+// against the definition: the row mix guarantees the value against every column, the column
+// mix holds every row to it.
+#include "planner/matrix_game.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace gpipe {
+namespace {
+
+double RowGuarantee(const std::vector<std::vector<double>>& a, const std::vector<double>& x) {
+  double least = 1e300;
+  for (size_t j = 0; j < a[0].size(); ++j) {
+    double v = 0;
+    for (size_t i = 0; i < a.size(); ++i) v += x[i] * a[i][j];
+    least = std::min(least, v);
+  }
+  return least;
+}
+
+double ColumnGuarantee(const std::vector<std::vector<double>>& a, const std::vector<double>& y) {
+  double most = -1e300;
+  for (const auto& row : a) {
+    double v = 0;
+    for (size_t j = 0; j < row.size(); ++j) v += row[j] * y[j];
+    most = std::max(most, v);
+  }
+  return most;
+}
+
+TEST(MatrixGame, KnownValues) {
+  // Matching pennies: value 0, both players half and half.
+  MatrixGameSolution pennies = SolveMatrixGame({{1, -1}, {-1, 1}});
+  EXPECT_NEAR(pennies.value, 0.0, 1e-9);
+  EXPECT_NEAR(pennies.row[0], 0.5, 1e-9);
+  EXPECT_NEAR(pennies.column[0], 0.5, 1e-9);
+  // Rock, paper, scissors shifted by 3: value 3, a third each.
+  MatrixGameSolution rps = SolveMatrixGame({{3, 2, 4}, {4, 3, 2}, {2, 4, 3}});
+  EXPECT_NEAR(rps.value, 3.0, 1e-9);
+  for (double x : rps.row) EXPECT_NEAR(x, 1.0 / 3, 1e-9);
+  // One row: the least entry, the column player all on it.
+  MatrixGameSolution one = SolveMatrixGame({{5, 2, 7}});
+  EXPECT_NEAR(one.value, 2.0, 1e-9);
+  EXPECT_NEAR(one.column[1], 1.0, 1e-9);
+  // A saddle point: row 1 dominates, column 0 is its least.
+  MatrixGameSolution saddle = SolveMatrixGame({{1, 3}, {4, 6}});
+  EXPECT_NEAR(saddle.value, 4.0, 1e-9);
+  EXPECT_NEAR(saddle.row[1], 1.0, 1e-9);
+  // 2 x 2 without a saddle: value (ad - bc) / (a + d - b - c) = (8 - 1) / (2 + 4 - 1 - 1) = 1.75.
+  MatrixGameSolution mixed = SolveMatrixGame({{2, 1}, {1, 4}});
+  EXPECT_NEAR(mixed.value, 1.75, 1e-9);
+}
+
+// Random games, square and not, with entries on scales from 1 to 1e4 (the path bound's are
+// milliseconds): both mixes are distributions and meet at the value.
+TEST(MatrixGame, RandomGamesMeetAtTheValue) {
+  std::mt19937 rng(7);
+  int games = 0;
+  for (int rows : {1, 2, 5, 17, 40}) {
+    for (int columns : {1, 3, 8, 33, 64}) {
+      for (double scale : {1.0, 1e4}) {
+        std::uniform_real_distribution<double> entry(0.3 * scale, scale);
+        std::vector<std::vector<double>> a(rows, std::vector<double>(columns));
+        for (auto& row : a) {
+          for (double& x : row) x = entry(rng);
+        }
+        const MatrixGameSolution s = SolveMatrixGame(a);
+        double row_sum = 0, column_sum = 0;
+        for (double x : s.row) {
+          EXPECT_GE(x, 0.0);
+          row_sum += x;
+        }
+        for (double y : s.column) {
+          EXPECT_GE(y, 0.0);
+          column_sum += y;
+        }
+        EXPECT_NEAR(row_sum, 1.0, 1e-9);
+        EXPECT_NEAR(column_sum, 1.0, 1e-9);
+        const double tolerance = 1e-7 * scale;
+        EXPECT_NEAR(RowGuarantee(a, s.row), s.value, tolerance) << rows << " x " << columns;
+        EXPECT_NEAR(ColumnGuarantee(a, s.column), s.value, tolerance) << rows << " x " << columns;
+        ++games;
+      }
+    }
+  }
+  EXPECT_EQ(games, 50);
+}
+
+}  // namespace
+}  // namespace gpipe
