@@ -3,6 +3,10 @@
 // maximize sum_i x_i a[i][j] against every column j; the column player picks column j with
 // probability y_j to minimize sum_j a[i][j] y_j against every row i; both reach the same value.
 // Used by the path bound (planner/path_bound.h): rows are chains of actions, columns partitions.
+//
+// The game grows a row or a column at a time and is solved again from the last basis (the dual
+// simplex after a row, the primal after a column): a few pivots each, where solving anew takes
+// as many as the game has rows and columns.
 #pragma once
 
 #include <vector>
@@ -15,8 +19,55 @@ struct MatrixGameSolution {
   std::vector<double> column;  // y: the minimizing column player's mix
 };
 
-/// REQUIRES: `a` has at least one row, every row the same number of columns (at least one),
-/// finite entries.
+class MatrixGame {
+ public:
+  /// Entries are priced relative to `scale` (the size of a typical entry, > 0): the pivots'
+  /// tolerances are relative to it.
+  explicit MatrixGame(double scale);
+
+  /// A row: its entry in each column so far. REQUIRES: finite, > -scale.
+  void AddRow(const std::vector<double>& entries);
+  /// A column: its entry in each row so far (at least one). REQUIRES: as AddRow.
+  void AddColumn(const std::vector<double>& entries);
+  /// Drops the rows and columns not wanted (`want_rows[i]`, `want_columns[j]` false) where the
+  /// basis allows it: a row whose constraint is slack, a column out of the basis. Returns which
+  /// of each are kept (1), in the same order; the kept keep their order.
+  struct Kept {
+    std::vector<char> rows, columns;
+  };
+  Kept Prune(const std::vector<char>& want_rows, const std::vector<char>& want_columns);
+
+  int rows() const { return static_cast<int>(a_.size()); }
+  int columns() const { return a_.empty() ? 0 : static_cast<int>(a_[0].size()); }
+  /// REQUIRES: at least one row and one column.
+  MatrixGameSolution Solve();
+
+ private:
+  // Variables: the game's columns z_j (ids 0 .. columns - 1) and one slack per row (id
+  // kSlack + i).
+  static constexpr int kSlack = 1 << 24;
+  double& At(int row, int id) { return id >= kSlack ? slack_[row][id - kSlack] : z_[row][id]; }
+  double& CostOf(int id) { return id >= kSlack ? slack_cost_[id - kSlack] : z_cost_[id]; }
+  void Rebuild();
+  void Pivot(int row, int id);
+  bool PrimalSimplex();
+  bool DualSimplex();
+
+  double scale_;
+  std::vector<std::vector<double>> a_;  // the entries, scaled and shifted (a / scale + 1)
+  // The tableau of: maximize sum z subject to a z + slack = 1, z, slack >= 0; one row per
+  // constraint row of the tableau: z_ and slack_ its coefficients, rhs_ its right-hand side,
+  // basis_ the variable basic in it; z_cost_ and slack_cost_ the reduced costs (slack_cost_ the
+  // dual prices), objective_ sum z.
+  std::vector<std::vector<double>> z_, slack_;
+  std::vector<double> rhs_, z_cost_, slack_cost_;
+  double objective_ = 0;
+  std::vector<int> basis_;
+  bool optimal_ = false;
+  int pivots_ = 0;  // since the last rebuild
+};
+
+/// The game `a` solved from scratch. REQUIRES: a row, a column, finite entries.
 MatrixGameSolution SolveMatrixGame(const std::vector<std::vector<double>>& a);
 
 }  // namespace gpipe

@@ -329,20 +329,16 @@ constexpr size_t kGameKept = 64;
 // The game stops once no path, for the partitions' mix, is longer than the bound by this share.
 constexpr double kGameTolerance = 1e-3;
 
-double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::vector<std::array<double, kOps>>& times,
-                 int stages, const PathBoundInput& input) {
-  std::vector<std::vector<std::array<double, kOps>>> partitions;
-  std::vector<std::vector<double>> a(rows.size());  // a[row][partition]: the row's length there
-  std::vector<double> mix(rows.size(), 1.0 / static_cast<double>(rows.size())), answer;
-  std::vector<int> ends;
-  double bound = 0;
-  // The game starts from the partition that spreads the work most evenly, and its longest path:
-  // the partitions a mix of chains prefers are lopsided at first, and so would their paths be.
+double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::vector<OpTimes>& times, int stages,
+                 const PathBoundInput& input) {
+  // The game starts from the partition that spreads the work most evenly, and its longest paths
+  // (one to each rank's end): the partitions a mix of chains prefers are lopsided at first, and
+  // so would their paths be.
+  std::vector<int> ends(stages, static_cast<int>(times.size()));
   {
     std::vector<double> work(times.size() + 1, 0.0);
     for (size_t l = 0; l < times.size(); ++l) work[l + 1] = work[l] + times[l][kF] + times[l][kB];
     const int layers = static_cast<int>(times.size());
-    ends.assign(stages, layers);
     for (int s = 0, l = 0; s + 1 < stages; ++s) {
       const double target = work.back() * (s + 1) / stages;
       int e = l + 1;
@@ -351,83 +347,81 @@ double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std:
       ends[s] = e;
       l = e;
     }
-    partitions.push_back(StageTimesOf(ends, times));
-    for (size_t i = 0; i < rows.size(); ++i) a[i].push_back(RowMs(rows[i], partitions.back()));
-    for (const GraphPath& path : LongestPaths(graph, partitions.back(), input.allreduce, true)) {
-      rows.push_back(RowOf(path, stages));
-      a.push_back({RowMs(rows.back(), partitions.back())});
-    }
-    mix.assign(rows.size(), 0.0);  // (replaced by the game's solution at once)
   }
+  std::vector<std::vector<OpTimes>> partitions = {StageTimesOf(ends, times)};
+  for (const GraphPath& path : LongestPaths(graph, partitions[0], input.allreduce, true)) {
+    rows.push_back(RowOf(path, stages));
+  }
+  double scale = 0;
+  for (const Row& row : rows) scale = std::max(scale, RowMs(row, partitions[0]));
+  MatrixGame game(scale);
+  for (size_t i = 0; i < rows.size(); ++i) game.AddRow({});
+  {
+    std::vector<double> lengths;
+    for (const Row& row : rows) lengths.push_back(RowMs(row, partitions[0]));
+    game.AddColumn(lengths);
+  }
+  double bound = 0;
   for (int k = 0; k < input.game_iterations; ++k) {
-    if (!partitions.empty()) {
-      const MatrixGameSolution solution = SolveMatrixGame(a);
-      mix = solution.row;
-      answer = solution.column;
-      // The chains and partitions outside both mixes are dropped once there are many (the
-      // program's pivots grow with its size); the oracles bring back any that matter.
-      if (rows.size() > kGameKept) {
-        size_t kept = 0;
-        for (size_t i = 0; i < rows.size(); ++i) {
-          if (mix[i] == 0) continue;
-          if (kept != i) {
-            rows[kept] = std::move(rows[i]);
-            a[kept] = std::move(a[i]);
-            mix[kept] = mix[i];
-          }
-          ++kept;
-        }
-        rows.resize(kept);
-        a.resize(kept);
-        mix.resize(kept);
+    MatrixGameSolution solution = game.Solve();
+    // The chains and partitions outside both mixes are dropped once there are many (the
+    // program's pivots grow with its size); the oracles bring back any that matter.
+    if (rows.size() > kGameKept || partitions.size() > kGameKept) {
+      std::vector<char> want_rows(rows.size()), want_columns(partitions.size());
+      for (size_t i = 0; i < rows.size(); ++i) want_rows[i] = rows.size() <= kGameKept || solution.row[i] > 0;
+      for (size_t j = 0; j < partitions.size(); ++j) {
+        want_columns[j] = partitions.size() <= kGameKept || solution.column[j] > 0;
       }
-      if (partitions.size() > kGameKept) {
-        size_t kept = 0;
-        for (size_t j = 0; j < partitions.size(); ++j) {
-          if (answer[j] == 0) continue;
-          if (kept != j) {
-            partitions[kept] = std::move(partitions[j]);
-            for (std::vector<double>& row : a) row[kept] = row[j];
-            answer[kept] = answer[j];
+      const MatrixGame::Kept kept = game.Prune(want_rows, want_columns);
+      const auto compact = [](auto& items, std::vector<double>& shares, const std::vector<char>& keep) {
+        size_t n = 0;
+        for (size_t i = 0; i < items.size(); ++i) {
+          if (!keep[i]) continue;
+          if (n != i) {
+            items[n] = std::move(items[i]);
+            shares[n] = shares[i];
           }
-          ++kept;
+          ++n;
         }
-        partitions.resize(kept);
-        for (std::vector<double>& row : a) row.resize(kept);
-        answer.resize(kept);
-      }
+        items.resize(n);
+        shares.resize(n);
+      };
+      compact(rows, solution.row, kept.rows);
+      compact(partitions, solution.column, kept.columns);
     }
+    // The chains' mix against every partition: a bound, and the partition that answers it.
     Row weighted{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
     for (size_t i = 0; i < rows.size(); ++i) {
-      if (mix[i] == 0) continue;
+      if (solution.row[i] == 0) continue;
       for (int s = 0; s < stages; ++s) {
-        for (int op = 0; op < kOps; ++op) weighted.c[s][op] += mix[i] * rows[i].c[s][op];
+        for (int op = 0; op < kOps; ++op) weighted.c[s][op] += solution.row[i] * rows[i].c[s][op];
       }
-      weighted.hops += mix[i] * rows[i].hops;
+      weighted.hops += solution.row[i] * rows[i].hops;
     }
-    const double least = LeastOverPartitions(weighted.c, times, &ends) + weighted.hops;
-    bound = std::max(bound, least);
+    bound = std::max(bound, LeastOverPartitions(weighted.c, times, &ends) + weighted.hops);
     if (input.enough > 0 && bound >= input.enough) break;
-    partitions.push_back(StageTimesOf(ends, times));
-    for (size_t i = 0; i < rows.size(); ++i) a[i].push_back(RowMs(rows[i], partitions.back()));
-    // The partitions' mix (the first partition alone at first) and its longest path.
-    std::vector<std::array<double, kOps>> mixed(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
+    // The partitions' mix, and its longest path.
+    std::vector<OpTimes> mixed(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
     for (size_t j = 0; j < partitions.size(); ++j) {
-      const double share = answer.empty() ? 1.0 : j < answer.size() ? answer[j] : 0.0;
-      if (share == 0) continue;
+      if (solution.column[j] == 0) continue;
       for (int s = 0; s < stages; ++s) {
-        for (int op = 0; op < kOps; ++op) mixed[s][op] += share * partitions[j][s][op];
+        for (int op = 0; op < kOps; ++op) mixed[s][op] += solution.column[j] * partitions[j][s][op];
       }
     }
     const std::vector<GraphPath> longest_path = LongestPaths(graph, mixed, input.allreduce, false);
     if (longest_path.empty()) break;
     Row row = RowOf(longest_path.front(), stages);
-    const double longest = RowMs(row, mixed);
-    if (longest <= bound * (1 + kGameTolerance)) break;
+    if (RowMs(row, mixed) <= bound * (1 + kGameTolerance)) break;
+    // The path joins as a row (the game's basis stays optimal: the dual simplex), then the
+    // partition as a column.
     std::vector<double> lengths;
     for (const auto& partition : partitions) lengths.push_back(RowMs(row, partition));
+    game.AddRow(lengths);
     rows.push_back(std::move(row));
-    a.push_back(std::move(lengths));
+    partitions.push_back(StageTimesOf(ends, times));
+    lengths.clear();
+    for (const Row& r : rows) lengths.push_back(RowMs(r, partitions.back()));
+    game.AddColumn(lengths);
   }
   return bound;
 }

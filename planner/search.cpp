@@ -24,6 +24,9 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 // Configurations are searched for plans up to this factor slower than the best so far, so that
 // the Pareto list shows what trading some speed buys in memory.
 constexpr double kAlternatives = 1.25;
+// The share of the time limit the searches of configurations get; the rest raises the least
+// lower bounds.
+constexpr double kSearchShare = 0.75;
 
 bool ProfileHasWeightTimes(const Profile& profile) {
   return std::all_of(profile.layers.begin(), profile.layers.end(),
@@ -271,35 +274,40 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
                          "M must divide the batch per replica)");
   }
   // Best-first over the configurations: each is queued under its cheap bound; popped, it gets
-  // its partition's lower bound and is queued again under that; popped again, it is searched.
-  // Both keys are lower bounds, so the configurations most likely to win are searched first (the
-  // best plan found early prunes the rest), and once the smallest key reaches what the
-  // alternatives allow, nothing left can matter.
+  // its partition's quick lower bound and is queued again under that; popped again, it is
+  // searched. Both keys are lower bounds, so the configurations most likely to win are searched
+  // first (the best plan found early prunes the rest), and once the smallest key reaches what the
+  // alternatives allow, nothing left can matter. Then, in what time is left, the least bounds
+  // are raised (RaiseLeastBounds below).
   struct Entry {
     double bound;
-    // The key: 0 CheapBound, 1 PartitionLowerBound's quick bound, 2 its full one.
+    // The key: 0 CheapBound, 1 PartitionLowerBound's quick bound, 2 final (its full bound, or
+    // a search's result that no bound can raise).
     int level;
     size_t index;
+    int how = 0;  // index into `hows`: how the bound was found
     bool operator>(const Entry& other) const {
       return bound != other.bound ? bound > other.bound : index > other.index;
     }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
   for (size_t i = 0; i < problems.size(); ++i) queue.push({CheapBound(problems[i]), 0, i});
+  std::vector<std::string> hows = {" (not searched yet)"};
 
   // Every configuration's share of the lower bound: what its search proved, or, while it waits in
-  // the queue, its key. `done_bound` is the least over those no longer queued.
-  double done_bound = kInfinity;
-  std::string done_bound_at;  // the configuration that holds it
-  const auto lower = [&](double bound, const PartitionProblem& problem, const std::string& how) {
-    if (bound >= done_bound) return;
-    done_bound = bound;
-    done_bound_at = ConfigurationName(problem) + how;
+  // the queue, its key. `done` holds those no longer queued, least first.
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> done;
+  const auto lower = [&](double bound, size_t index, const std::string& how, bool final) {
+    if (bound >= kInfinity) return;
+    hows.push_back(how);
+    done.push({bound, final ? 2 : 1, index, static_cast<int>(hows.size()) - 1});
   };
+  // The searches stop at a share of the time limit; what is left raises the least bounds.
   const std::function<bool()> time_up = DeadlineOf(request);
+  const std::function<bool()> search_time_up = DeadlineOf(request, kSearchShare);
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
-    problem.time_up = time_up;
+    problem.time_up = search_time_up;
     problem.shapes = &shapes;
   }
 
@@ -355,11 +363,12 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   while (!queue.empty()) {
     if (!least_memory_tried && !std::isfinite(best) && half_time_up()) OfferLeastMemory();
     const Entry entry = queue.top();
-    if (request.target_gap > 0 && Gap(best, std::min(done_bound, entry.bound)) <= request.target_gap) {
+    if (request.target_gap > 0 && Gap(best, std::min(done.empty() ? kInfinity : done.top().bound, entry.bound)) <=
+                                      request.target_gap) {
       out.stopped_by_gap = true;
       break;
     }
-    if (time_up()) {
+    if (search_time_up()) {
       out.stopped_by_time = true;
       break;
     }
@@ -376,19 +385,17 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
     if (entry.bound >= cutoff(problem) * kAlternatives) {
       ++out.skipped_by_bound;  // a newer schedule that cannot come near the best
-      lower(entry.bound, problem, " (its lower bound)");
+      lower(entry.bound, entry.index, " (its lower bound)", true);
       continue;
     }
-    if (entry.level < 2) {
-      // First the quick bound, then (several stages per rank) the full one: its game is played
-      // only for the configurations whose quick bound is below the best plan found.
+    if (entry.level == 0) {
       problem.cutoff_ms = cutoff(problem);  // a bound need not be computed past the best step found
-      problem.quick_bound = entry.level == 0;
+      problem.quick_bound = true;
       const double bound = PartitionLowerBound(problem);
       problem.quick_bound = false;
       problem.root_bound_ms = bound;  // (its search starts from it)
       problem.cutoff_ms = kInfinity;  // (a search of it for the alternatives below seeks any plan)
-      queue.push({std::max(entry.bound, bound), entry.level + 1, entry.index});
+      queue.push({std::max(entry.bound, bound), 1, entry.index});
       continue;
     }
     if (entry.bound >= cutoff(problem)) {
@@ -397,7 +404,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       problem.max_nodes = 1;
       Expected<PartitionResult> seed = FindBestPartition(problem);
       if (seed.ok()) GPIPE_RETURN_IF_ERROR(keep(*seed));
-      lower(entry.bound, problem, " (its lower bound)");
+      lower(entry.bound, entry.index, " (its lower bound)", true);
       ++out.skipped_by_bound;
       continue;
     }
@@ -413,14 +420,15 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     ++out.searched;
     if (!result.ok()) {
       // A shape the schedule cannot take has no plans; still, only its key is certain.
-      lower(entry.bound, problem, " (its search failed: " + result.status().message() + ")");
+      lower(entry.bound, entry.index, " (its search failed: " + result.status().message() + ")", true);
       continue;
     }
     // Its key is a lower bound too (the cheap bound can pass the root bound the search had).
-    lower(std::max(entry.bound, result->lower_bound_ms), problem,
-          result->proven_optimal                      ? " (searched to the end)"
+    lower(std::max(entry.bound, result->lower_bound_ms), entry.index,
+          result->proven_optimal                 ? " (searched to the end)"
           : entry.bound > result->lower_bound_ms ? " (its lower bound: its search stopped)"
-                                                      : " (its root bound: its search stopped)");
+                                                 : " (its root bound: its search stopped)",
+          result->proven_optimal);
     out.nodes += result->nodes;
     out.proven_optimal = out.proven_optimal && result->proven_optimal;
     if (!result->proven_optimal) {
@@ -432,15 +440,35 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   out.best_is_least_memory = std::isfinite(least_memory_ms) && least_memory_ms <= best;
   if (request.progress) request.progress(problems.size(), problems.size(), best);
   // What is still queued (stopped early) counts with its key; what was ruled out by
-  // kAlternatives has keys of at least best.
-  out.lower_bound_ms = std::min({best, done_bound, queue.empty() ? kInfinity : queue.top().bound});
+  // kAlternatives has keys of at least best. In the time left, the least bound is raised while it
+  // can be: a configuration's quick bound, then its full one (with its game over the schedule's
+  // longest paths, planner/path_bound.h), until the least is final, reaches the best plan or the
+  // target gap, or time runs out.
+  const auto least = [&]() -> const Entry* {
+    if (done.empty()) return queue.empty() ? nullptr : &queue.top();
+    return queue.empty() || done.top().bound <= queue.top().bound ? &done.top() : &queue.top();
+  };
+  for (const Entry* top = least(); top != nullptr && top->level < 2 && top->bound < best && !time_up();
+       top = least()) {
+    if (request.target_gap > 0 && Gap(best, top->bound) <= request.target_gap) break;
+    Entry entry = *top;
+    (top == &done.top() ? done : queue).pop();
+    PartitionProblem& problem = problems[entry.index];
+    problem.cutoff_ms = best;  // (past the best, a bound no longer holds the gap)
+    problem.quick_bound = entry.level == 0;
+    entry.bound = std::max(entry.bound, PartitionLowerBound(problem));
+    problem.quick_bound = false;
+    ++entry.level;
+    done.push(entry);
+    ++out.bounds_raised;
+  }
+  const Entry* top = least();
+  out.lower_bound_ms = std::min(best, top != nullptr ? top->bound : kInfinity);
   out.gap = Gap(best, out.lower_bound_ms);
   if (out.gap == 0) {
     out.lower_bound_ms = best;
-  } else if (!queue.empty() && queue.top().bound < done_bound) {
-    out.lower_bound_at = ConfigurationName(problems[queue.top().index]) + " (not searched yet)";
-  } else {
-    out.lower_bound_at = done_bound_at;
+  } else if (top != nullptr) {
+    out.lower_bound_at = ConfigurationName(problems[top->index]) + hows[top->how];
   }
   if (out.stopped_by_time || out.stopped_by_gap) out.proven_optimal = out.proven_optimal && out.gap == 0;
   found.erase(std::remove_if(found.begin(), found.end(),

@@ -86,6 +86,8 @@ struct SearchResult {
   size_t configurations = 0;
   size_t searched = 0;
   size_t skipped_by_bound = 0;
+  /// Lower bounds raised after the searches (the least configurations' full bounds).
+  size_t bounds_raised = 0;
   /// Configurations left out for putting more ranks on a node than it computes at once
   /// (SearchRequest::oversubscribe), and that count of ranks (0: none left out).
   size_t oversubscribed = 0;
