@@ -303,8 +303,11 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     done.push({bound, final ? 2 : 1, index, static_cast<int>(hows.size()) - 1});
   };
   // The searches stop at a share of the time limit; what is left raises the least bounds.
+  // (While no plan is found, the searches have the whole time: a plan matters more than a bound.)
   const std::function<bool()> time_up = DeadlineOf(request);
-  const std::function<bool()> search_time_up = DeadlineOf(request, kSearchShare);
+  const std::function<bool()> share_up = DeadlineOf(request, kSearchShare);
+  double best = kInfinity;
+  const std::function<bool()> search_time_up = [&] { return std::isfinite(best) ? share_up() : time_up(); };
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
     problem.time_up = search_time_up;
@@ -315,7 +318,6 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   out.configurations = problems.size();
   out.oversubscribed = oversubscribed;
   out.concurrent_ranks = oversubscribed > 0 ? OversubscriptionCap(request) : 0;
-  double best = kInfinity;
   // The older schedules' configurations are pruned against the best plan among them, so that
   // when a newer schedule wins, the report can say by how much (their search costs what it did
   // before the newer ones existed); the newer ones against the best of all.
