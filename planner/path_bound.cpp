@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <limits>
+#include <cmath>
 #include <optional>
 
 #include "planner/matrix_game.h"
@@ -15,6 +16,14 @@ using namespace path_internal;  // NOLINT: the op indices and the graph
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 using Coefficients = std::vector<std::array<double, kOps>>;  // per stage, per op
+
+// A weighted average of chains (its coefficients and messages' time), and its least value over
+// the partitions: a bound.
+struct Mix {
+  double bound = 0;
+  Coefficients c;
+  double hops = 0;
+};
 
 // One chain: forwards of the stages before `head`, its rank's actions (`body`: stage, op, count),
 // backwards (op `tail_op`) of the stages before `tail`, and its messages' least time.
@@ -181,21 +190,14 @@ std::vector<std::array<double, kOps>> LayerTimes(const LayerTable& table) {
   return times;
 }
 
-// The least of sum_s sum_op c[s][op] x (stage s's op time) over contiguous partitions with no
-// empty stage; `ends` gets its stage ends.
-double LeastOverPartitions(const Coefficients& c, const std::vector<std::array<double, kOps>>& times,
-                           std::vector<int>* ends) {
-  const int stages = static_cast<int>(c.size());
-  const int layers = static_cast<int>(times.size());
+// The least of sum over layers of layer_cost(l, s) (layer l in stage s) over contiguous
+// partitions with no empty stage; `ends` gets its stage ends.
+template <typename LayerCost>
+double LeastOverPartitionsOf(int stages, int layers, const LayerCost& layer_cost, std::vector<int>* ends) {
   // cost[l][s]: layers 0..l assigned, layer l in stage s; from[l][s]: whether layer l - 1 was in
   // stage s - 1 (a new stage starts at l).
   std::vector<std::vector<double>> cost(layers, std::vector<double>(stages, kInfinity));
   std::vector<std::vector<char>> from(layers, std::vector<char>(stages, 0));
-  const auto layer_cost = [&](int l, int s) {
-    double x = 0;
-    for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
-    return x;
-  };
   cost[0][0] = layer_cost(0, 0);
   for (int l = 1; l < layers; ++l) {
     // Stage s can hold layer l only if stages 0..s-1 hold at least s layers and s+1.. the rest.
@@ -226,10 +228,20 @@ double LeastOverPartitions(const Coefficients& c, const std::vector<std::array<d
   return least;
 }
 
+// The least of sum_s sum_op c[s][op] x (stage s's op time) over the partitions.
+double LeastOverPartitions(const Coefficients& c, const std::vector<OpTimes>& times, std::vector<int>* ends) {
+  const auto layer_cost = [&](int l, int s) {
+    double x = 0;
+    for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
+    return x;
+  };
+  return LeastOverPartitionsOf(static_cast<int>(c.size()), static_cast<int>(times.size()), layer_cost, ends);
+}
+
 // The bound from `chains` (not empty): Frank-Wolfe steps from the average of `start` (chains'
 // indices; empty: all of them).
-double FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& start,
-                  const std::vector<std::array<double, kOps>>& times, int stages, const PathBoundInput& input) {
+Mix FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& start,
+               const std::vector<std::array<double, kOps>>& times, int stages, const PathBoundInput& input) {
   // Start from the average; each step moves a share 2 / (k + 2) of the weight onto the chain
   // that is longest for the partition the current average prefers.
   Coefficients weights(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
@@ -240,12 +252,13 @@ double FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& s
     chain.AddTo(1.0 / static_cast<double>(n), &weights);
     hops += chain.hops / static_cast<double>(n);
   }
-  double bound = 0;
+  Mix best;
   std::vector<int> ends;
   std::vector<std::array<double, kOps>> stage_times(stages), prefix(stages + 1);
   for (int k = 0; k < input.iterations; ++k) {
-    bound = std::max(bound, LeastOverPartitions(weights, times, &ends) + hops);
-    if ((input.enough > 0 && bound >= input.enough) || k + 1 == input.iterations) break;
+    const double least = LeastOverPartitions(weights, times, &ends) + hops;
+    if (least > best.bound || k == 0) best = Mix{least, weights, hops};
+    if ((input.enough > 0 && best.bound >= input.enough) || k + 1 == input.iterations) break;
     // The partition's stage times, and its longest chain.
     prefix[0] = {0.0, 0.0, 0.0, 0.0, 0.0};
     for (int s = 0, l = 0; s < stages; ++s) {
@@ -273,7 +286,7 @@ double FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& s
     longest->AddTo(step, &weights);
     hops = (1 - step) * hops + step * longest->hops;
   }
-  return bound;
+  return best;
 }
 
 // A convex combination of chains: its coefficients per stage and op, and its messages' time.
@@ -319,6 +332,93 @@ std::vector<std::array<double, kOps>> StageTimesOf(const std::vector<int>& ends,
   return stage_times;
 }
 
+// Per stage, how many micro-batches' activations its rank holds at the instant it holds the most
+// (of all its stages together): forwards done whose backward (B or I) has not run.
+std::vector<double> HeldAtPeak(const Schedule& schedule) {
+  std::vector<double> held(schedule.num_stages(), 0.0);
+  const auto change = [](const Action& a) {
+    return a.op == Op::kForward ? 1 : a.op == Op::kBackward || a.op == Op::kBackwardInput ? -1 : 0;
+  };
+  for (const std::vector<Action>& actions : schedule.ranks) {
+    // The instant (after action `peak`) of the most, then each stage's count there.
+    int total = 0, most = 0;
+    size_t peak = 0;
+    for (size_t i = 0; i < actions.size(); ++i) {
+      total += change(actions[i]);
+      if (total > most) {
+        most = total;
+        peak = i;
+      }
+    }
+    if (most == 0) continue;
+    for (size_t i = 0; i <= peak; ++i) held[actions[i].stage] += change(actions[i]);
+  }
+  return held;
+}
+
+// Memory priced by Lagrange multipliers, one per rank (ms per byte): every plan that fits has
+// sum_r u_r (what rank r holds - limit) <= 0, so adding that sum to what a mix of chains costs a
+// partition keeps its least over the partitions a bound. What rank r holds is at least its model
+// state and, at the instant of HeldAtPeak, those micro-batches' activations of every layer it
+// does not recompute; a layer recomputed instead adds its forward to each backward (B or I) of its
+// stage. Each layer chooses alone (a relaxation of remat by stage or by layer).
+struct MemoryPrices {
+  const PathBoundInput* input = nullptr;
+  const std::vector<int>* stage_rank = nullptr;
+  std::vector<double> held;   // per stage
+  std::vector<double> price;  // per rank
+  double base = 0;            // the step of the prices
+
+  bool on() const { return input != nullptr; }
+  double Limit() const { return input->memory_limit_bytes; }
+  // Whether layer l in stage s keeps its activations at these prices (recomputing costs
+  // `recompute` per ms of its forward).
+  bool Keeps(int l, int s, double recompute, double forward_ms) const {
+    return !input->may_recompute ||
+           price[(*stage_rank)[s]] * held[s] * input->activation_bytes[l] <= recompute * forward_ms;
+  }
+};
+
+// The least over partitions of the mix's cost plus the memory's price (as above); `ends` gets the
+// partition, `stage_times` its stage times with what it recomputes, `holds` what each rank holds.
+double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes>& times, const MemoryPrices& memory,
+                   std::vector<int>* ends, std::vector<OpTimes>* stage_times, std::vector<double>* holds) {
+  const int stages = static_cast<int>(c.size()), layers = static_cast<int>(times.size());
+  if (!memory.on()) {
+    const double least = LeastOverPartitions(c, times, ends) + hops;
+    *stage_times = StageTimesOf(*ends, times);
+    return least;
+  }
+  const auto recompute = [&](int s) { return c[s][kB] + c[s][kI]; };
+  const auto layer_cost = [&](int l, int s) {
+    double x = 0;
+    for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
+    const double u = memory.price[(*memory.stage_rank)[s]];
+    x += u * memory.input->static_bytes[l];
+    x += memory.Keeps(l, s, recompute(s), times[l][kF]) ? u * memory.held[s] * memory.input->activation_bytes[l]
+                                                          : recompute(s) * times[l][kF];
+    return x;
+  };
+  double priced = 0;
+  for (double u : memory.price) priced += u * memory.Limit();
+  const double least = LeastOverPartitionsOf(stages, layers, layer_cost, ends) + hops - priced;
+  *stage_times = StageTimesOf(*ends, times);
+  holds->assign(memory.price.size(), 0.0);
+  for (int s = 0, l = 0; s < stages; ++s) {
+    for (; l < (*ends)[s]; ++l) {
+      double& hold = (*holds)[(*memory.stage_rank)[s]];
+      hold += memory.input->static_bytes[l];
+      if (memory.Keeps(l, s, recompute(s), times[l][kF])) {
+        hold += memory.held[s] * memory.input->activation_bytes[l];
+      } else {
+        (*stage_times)[s][kB] += times[l][kF];
+        (*stage_times)[s][kI] += times[l][kF];
+      }
+    }
+  }
+  return least;
+}
+
 // The bound as a game (a double oracle): the bound picks a mix of chains, a partition answers
 // with the least weighted length. Over the chains and partitions met so far the game is solved
 // exactly (planner/matrix_game.h); the mix of chains it finds is priced against every partition
@@ -326,11 +426,14 @@ std::vector<std::array<double, kOps>> StageTimesOf(const std::vector<int>& ends,
 // partitions' mix joins the chains. It stops when no path is longer, for the partitions' mix,
 // than the bound: the chains' best mix is then found.
 constexpr size_t kGameKept = 64;
+constexpr double kPriceStep = 0.05;
+// Subgradient steps of the memory prices (MemoryBound).
+constexpr int kMemorySteps = 20;
 // The game stops once no path, for the partitions' mix, is longer than the bound by this share.
 constexpr double kGameTolerance = 1e-3;
 
-double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::vector<OpTimes>& times, int stages,
-                 const PathBoundInput& input) {
+Mix GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::vector<OpTimes>& times, int stages,
+              const PathBoundInput& input, MemoryPrices memory) {
   // The game starts from the partition that spreads the work most evenly, and its longest paths
   // (one to each rank's end): the partitions a mix of chains prefers are lopsided at first, and
   // so would their paths be.
@@ -361,7 +464,7 @@ double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std:
     for (const Row& row : rows) lengths.push_back(RowMs(row, partitions[0]));
     game.AddColumn(lengths);
   }
-  double bound = 0;
+  Mix best;
   for (int k = 0; k < input.game_iterations; ++k) {
     MatrixGameSolution solution = game.Solve();
     // The chains and partitions outside both mixes are dropped once there are many (the
@@ -398,8 +501,24 @@ double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std:
       }
       weighted.hops += solution.row[i] * rows[i].hops;
     }
-    bound = std::max(bound, LeastOverPartitions(weighted.c, times, &ends) + weighted.hops);
-    if (input.enough > 0 && bound >= input.enough) break;
+    // The prices move in steps of a share of (the step's scale) / (the limit): what would make
+    // a rank's whole memory cost as much as the step.
+    if (memory.on() && k == 0) memory.base = kPriceStep * scale / memory.Limit();
+    std::vector<OpTimes> answer_times;
+    std::vector<double> holds;
+    const double least = LeastPriced(weighted.c, weighted.hops, times, memory, &ends, &answer_times, &holds);
+    if (least > best.bound || k == 0) best = Mix{least, weighted.c, weighted.hops};
+    if (input.enough > 0 && best.bound >= input.enough) break;
+    // The prices of the ranks that hold more than the limit rise, of the others fall.
+    bool over = false;
+    if (memory.on()) {
+      const double step = memory.base / std::sqrt(k + 1.0);
+      for (size_t r = 0; r < holds.size(); ++r) {
+        const double excess = (holds[r] - memory.Limit()) / memory.Limit();
+        over = over || excess > 0;
+        memory.price[r] = std::max(0.0, memory.price[r] + step * std::clamp(excess, -1.0, 1.0));
+      }
+    }
     // The partitions' mix, and its longest path.
     std::vector<OpTimes> mixed(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
     for (size_t j = 0; j < partitions.size(); ++j) {
@@ -411,19 +530,19 @@ double GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std:
     const std::vector<GraphPath> longest_path = LongestPaths(graph, mixed, input.allreduce, false);
     if (longest_path.empty()) break;
     Row row = RowOf(longest_path.front(), stages);
-    if (RowMs(row, mixed) <= bound * (1 + kGameTolerance)) break;
+    if (!over && RowMs(row, mixed) <= best.bound * (1 + kGameTolerance)) break;
     // The path joins as a row (the game's basis stays optimal: the dual simplex), then the
     // partition as a column.
     std::vector<double> lengths;
     for (const auto& partition : partitions) lengths.push_back(RowMs(row, partition));
     game.AddRow(lengths);
     rows.push_back(std::move(row));
-    partitions.push_back(StageTimesOf(ends, times));
+    partitions.push_back(std::move(answer_times));
     lengths.clear();
     for (const Row& r : rows) lengths.push_back(RowMs(r, partitions.back()));
     game.AddColumn(lengths);
   }
-  return bound;
+  return best;
 }
 
 }  // namespace
@@ -434,17 +553,20 @@ double PathLowerBound(const PathBoundInput& input) {
   const int layers = input.table->num_layers();
   if (stages < 1 || layers < stages) return 0.0;
   const std::vector<std::array<double, kOps>> times = LayerTimes(*input.table);
-  // Three runs, the largest: the chains that start at a forward, from their average; then all
-  // of them, from their average, and from the average over the ranks of each one's chain from
-  // its first backward to its last action (its whole drain, which the average over all chains
-  // dilutes and Frank-Wolfe's few steps need not find: zero-bubble schedules at small M).
+  // Runs from several starts, the largest: the chains that start at a forward, from their
+  // average; then from the average over the ranks of each one's whole order; then all chains,
+  // from their average, and from the average over the ranks of each one's chain from its first
+  // backward to its last action (its whole drain, which the average over all chains dilutes and
+  // Frank-Wolfe's few steps need not find: zero-bubble schedules at small M); then the game; and
+  // the best mix met with memory priced.
   const std::vector<Chain> forward_chains = ChainsOf(schedule, input.hop_ms, input.allreduce, false);
   if (forward_chains.empty()) return 0.0;
-  const std::optional<PrecedenceGraph> built =
-      input.game_iterations > 0 ? PrecedenceGraphOf(schedule, input.hop_ms, input.max_graph_nodes) : std::nullopt;
-  const PrecedenceGraph* graph = built ? &*built : nullptr;
-  double bound = FrankWolfe(forward_chains, {}, times, stages, input);
-  if (input.enough > 0 && bound >= input.enough) return bound;
+  Mix best;
+  const auto enough = [&](Mix mix) {
+    if (mix.bound > best.bound || best.c.empty()) best = std::move(mix);
+    return input.enough > 0 && best.bound >= input.enough;
+  };
+  if (enough(FrankWolfe(forward_chains, {}, times, stages, input))) return best.bound;
   // Each rank's whole order, from its first forward to its last action and its all-reduce: their
   // average is the work and the all-reduces spread over the ranks (plus the average fill), which
   // the average over all chains dilutes with chains that end before the all-reduce.
@@ -452,30 +574,38 @@ double PathLowerBound(const PathBoundInput& input) {
   for (size_t c = 0; c < forward_chains.size(); ++c) {
     const Chain& chain = forward_chains[c];
     if (!chain.to_last || chain.reduced != !input.allreduce.empty()) continue;
-    size_t& best = wholes[chain.rank];
-    if (best == forward_chains.size() || chain.first_action < forward_chains[best].first_action) best = c;
+    size_t& at = wholes[chain.rank];
+    if (at == forward_chains.size() || chain.first_action < forward_chains[at].first_action) at = c;
   }
   wholes.erase(std::remove(wholes.begin(), wholes.end(), forward_chains.size()), wholes.end());
-  if (!wholes.empty()) bound = std::max(bound, FrankWolfe(forward_chains, wholes, times, stages, input));
-  if (input.enough > 0 && bound >= input.enough) return bound;
+  if (!wholes.empty() && enough(FrankWolfe(forward_chains, wholes, times, stages, input))) return best.bound;
+  if (input.game_iterations < 1) return best.bound;  // (a quick bound: the runs above only)
   const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
   std::vector<size_t> drains(schedule.num_ranks(), chains.size());
   for (size_t c = 0; c < chains.size(); ++c) {
     const Chain& chain = chains[c];
     if (chain.back_from < 0 || !chain.to_last || chain.reduced) continue;
-    size_t& best = drains[chain.rank];
-    if (best == chains.size() || chain.first_action < chains[best].first_action) best = c;
+    size_t& at = drains[chain.rank];
+    if (at == chains.size() || chain.first_action < chains[at].first_action) at = c;
   }
   drains.erase(std::remove(drains.begin(), drains.end(), chains.size()), drains.end());
-  if (chains.size() > forward_chains.size()) bound = std::max(bound, FrankWolfe(chains, {}, times, stages, input));
-  if (input.enough > 0 && bound >= input.enough) return bound;
-  if (!drains.empty()) bound = std::max(bound, FrankWolfe(chains, drains, times, stages, input));
-  if ((input.enough > 0 && bound >= input.enough) || graph == nullptr || input.game_iterations < 1) return bound;
-  std::vector<Row> rows = {RowOf(forward_chains, {}, stages), RowOf(chains, {}, stages)};
-  if (!wholes.empty()) rows.push_back(RowOf(forward_chains, wholes, stages));
-  if (!drains.empty()) rows.push_back(RowOf(chains, drains, stages));
-  const double game = GameBound(std::move(rows), *graph, times, stages, input);
-  return std::max(bound, game);
+  if (chains.size() > forward_chains.size() && enough(FrankWolfe(chains, {}, times, stages, input))) return best.bound;
+  if (!drains.empty() && enough(FrankWolfe(chains, drains, times, stages, input))) return best.bound;
+  const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(schedule, input.hop_ms, input.max_graph_nodes);
+  if (graph) {
+    std::vector<Row> rows = {RowOf(forward_chains, {}, stages), RowOf(chains, {}, stages)};
+    if (!wholes.empty()) rows.push_back(RowOf(forward_chains, wholes, stages));
+    if (!drains.empty()) rows.push_back(RowOf(chains, drains, stages));
+    MemoryPrices memory;
+    if (input.memory_limit_bytes > 0 && !input.static_bytes.empty()) {
+      memory.input = &input;
+      memory.stage_rank = &schedule.stage_rank;
+      memory.held = HeldAtPeak(schedule);
+      memory.price.assign(schedule.num_ranks(), 0.0);
+    }
+    enough(GameBound(std::move(rows), *graph, times, stages, input, std::move(memory)));
+  }
+  return best.bound;
 }
 
 }  // namespace gpipe

@@ -48,8 +48,16 @@ struct PathBoundInput {
   /// Frank-Wolfe's step takes the longest path of the schedule's whole precedence graph where it
   /// has at most this many compute actions, else the longest of the chains above.
   size_t max_graph_nodes = size_t{1} << 18;
-  /// Rounds of the game over chains and partitions (where the graph is small enough).
+  /// Rounds of the game over chains and partitions (where the graph is small enough); 0: a
+  /// quick bound (the chains that start at a forward only, and no game).
   int game_iterations = 150;
+  /// Memory (a limit of 0: not priced): per layer, its model state and the activations a
+  /// micro-batch keeps from its forward to its backward; the device's limit; whether a layer
+  /// may recompute its forward instead of keeping them. (No per-layer model state where
+  /// parameters are tied: the sums would count them twice.)
+  std::vector<double> static_bytes, activation_bytes;
+  double memory_limit_bytes = 0;
+  bool may_recompute = true;
   /// Stop once the bound reaches this (the caller only needs to know that it does).
   double enough = 0;
 };

@@ -303,11 +303,13 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     done.push({bound, final ? 2 : 1, index, static_cast<int>(hows.size()) - 1});
   };
   // The searches stop at a share of the time limit; what is left raises the least bounds.
-  // (While no plan is found, the searches have the whole time: a plan matters more than a bound.)
+  // (While no search has found a plan, the searches have the whole time: a plan matters more than
+  // a bound, and the least-memory plan is only a fallback.)
   const std::function<bool()> time_up = DeadlineOf(request);
   const std::function<bool()> share_up = DeadlineOf(request, kSearchShare);
   double best = kInfinity;
-  const std::function<bool()> search_time_up = [&] { return std::isfinite(best) ? share_up() : time_up(); };
+  bool searches_found = false;
+  const std::function<bool()> search_time_up = [&] { return searches_found ? share_up() : time_up(); };
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
     problem.time_up = search_time_up;
@@ -326,6 +328,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   std::vector<Candidate> found;
   const auto keep = [&](const PartitionResult& result) -> Status {
     if (!result.plan) return Status::Ok();
+    searches_found = true;
     Expected<Candidate> candidate = Evaluate(*result.plan, result.proven_optimal);
     if (!candidate.ok()) return candidate.status();
     best = std::min(best, candidate->step_time_ms);
