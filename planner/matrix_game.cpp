@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace gpipe {
 namespace {
@@ -19,7 +20,8 @@ void MatrixGame::Rebuild() {
   z_ = a_;
   slack_.assign(m, std::vector<double>(m, 0.0));
   for (int i = 0; i < m; ++i) slack_[i][i] = 1.0;
-  rhs_.assign(m, 1.0);
+  rhs_.resize(m);
+  for (int i = 0; i < m; ++i) rhs_[i] = constraint_[i] ? 0.0 : 1.0;
   z_cost_.assign(n, -1.0);
   slack_cost_.assign(m, 0.0);
   objective_ = 0;
@@ -113,11 +115,12 @@ bool MatrixGame::DualSimplex() {
   return false;
 }
 
-void MatrixGame::AddRow(const std::vector<double>& entries) {
+void MatrixGame::AddRow(const std::vector<double>& entries, bool constraint) {
   const int m = rows(), n = columns();
   std::vector<double> scaled(n);
-  for (int j = 0; j < n; ++j) scaled[j] = entries[j] / scale_ + 1.0;
+  for (int j = 0; j < n; ++j) scaled[j] = constraint ? entries[j] : entries[j] / scale_ + 1.0;
   a_.push_back(scaled);
+  constraint_.push_back(constraint ? 1 : 0);
   if (z_.size() != static_cast<size_t>(m) || m == 0) {
     optimal_ = false;
     z_.clear();  // (rebuilt by Solve)
@@ -130,7 +133,7 @@ void MatrixGame::AddRow(const std::vector<double>& entries) {
   slack_cost_.push_back(0.0);
   std::vector<double> z = scaled, slack(m + 1, 0.0);
   slack[m] = 1.0;
-  double rhs = 1.0;
+  double rhs = constraint ? 0.0 : 1.0;
   for (int i = 0; i < m; ++i) {
     if (basis_[i] >= kSlack) continue;
     const double f = z[basis_[i]];
@@ -148,7 +151,7 @@ void MatrixGame::AddRow(const std::vector<double>& entries) {
 
 void MatrixGame::AddColumn(const std::vector<double>& entries) {
   const int m = rows();
-  for (int i = 0; i < m; ++i) a_[i].push_back(entries[i] / scale_ + 1.0);
+  for (int i = 0; i < m; ++i) a_[i].push_back(constraint_[i] ? entries[i] : entries[i] / scale_ + 1.0);
   if (z_.size() != static_cast<size_t>(m)) {
     optimal_ = false;
     return;
@@ -195,6 +198,7 @@ MatrixGame::Kept MatrixGame::Prune(const std::vector<char>& want_rows, const std
     if (want_rows[k] || (tableau && !slack_basic[k])) continue;
     kept.rows[k] = 0;
     a_.erase(a_.begin() + k);
+    constraint_.erase(constraint_.begin() + k);
     if (!tableau) continue;
     const int r = row_of_slack[k];
     z_.erase(z_.begin() + r);
@@ -221,21 +225,46 @@ MatrixGameSolution MatrixGame::Solve() {
   optimal_ = true;
   MatrixGameSolution out;
   const double total = objective_;  // sum z
-  out.value = (1.0 / total - 1.0) * scale_;
   out.column.assign(n, 0.0);
+  out.row.assign(m, 0.0);
+  if (total <= kEps) {
+    // No mix of the columns keeps the constraints: the row player's prices have no bound.
+    out.bounded = false;
+    out.value = std::numeric_limits<double>::infinity();
+    int mixed = 0;
+    for (int k = 0; k < m; ++k) mixed += constraint_[k] ? 0 : 1;
+    for (int k = 0; k < m; ++k) out.row[k] = constraint_[k] ? 0.0 : 1.0 / mixed;
+    for (double& y : out.column) y = 1.0 / n;
+    return out;
+  }
+  out.value = (1.0 / total - 1.0) * scale_;
   for (int i = 0; i < m; ++i) {
     if (basis_[i] < kSlack) out.column[basis_[i]] = rhs_[i] / total;
   }
-  out.row.assign(m, 0.0);
-  for (int k = 0; k < m; ++k) out.row[k] = slack_cost_[k] / total;
-  // (rounding: make each mix sum to 1; a mix that rounding ruined is the uniform one)
-  for (std::vector<double>* mix : {&out.row, &out.column}) {
-    double sum = 0;
-    for (double& x : *mix) {
-      if (!std::isfinite(x) || x < 0) x = 0;
-      sum += x;
+  // The dual prices: the mix's share relative to its total; a constraint's, in the value's units.
+  double mix_total = 0;
+  for (int k = 0; k < m; ++k) {
+    const double x = std::max(0.0, slack_cost_[k]);
+    out.row[k] = std::isfinite(x) ? x : 0.0;
+    if (!constraint_[k]) mix_total += out.row[k];
+  }
+  for (int k = 0; k < m; ++k) {
+    if (constraint_[k]) {
+      out.row[k] = mix_total > 0 ? out.row[k] * scale_ / mix_total : 0.0;
+    } else {
+      out.row[k] = mix_total > 0 ? out.row[k] / mix_total : 0.0;
     }
-    for (double& x : *mix) x = sum > 0 ? x / sum : 1.0 / static_cast<double>(mix->size());
+  }
+  double column_total = 0;
+  for (double& y : out.column) {
+    if (!std::isfinite(y) || y < 0) y = 0;
+    column_total += y;
+  }
+  for (double& y : out.column) y = column_total > 0 ? y / column_total : 1.0 / n;
+  if (mix_total <= 0) {
+    int mixed = 0;
+    for (int k = 0; k < m; ++k) mixed += constraint_[k] ? 0 : 1;
+    for (int k = 0; k < m; ++k) out.row[k] = constraint_[k] ? 0.0 : 1.0 / mixed;
   }
   return out;
 }

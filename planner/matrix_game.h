@@ -15,8 +15,14 @@ namespace gpipe {
 
 struct MatrixGameSolution {
   double value = 0;
-  std::vector<double> row;     // x: the maximizing row player's mix
+  /// x: the maximizing row player's mix over the rows that are not constraints (summing to 1);
+  /// at a constraint row, its price: the value is sum_i x_i a[i][j] over every row, constraint
+  /// rows included, for every column j the column player uses (and at least that for the others).
+  std::vector<double> row;
   std::vector<double> column;  // y: the minimizing column player's mix
+  /// False when no mix of the columns keeps every constraint row at or below 0 (the value is
+  /// then infinite, and `row` the uniform mix with no prices).
+  bool bounded = true;
 };
 
 class MatrixGame {
@@ -25,8 +31,10 @@ class MatrixGame {
   /// tolerances are relative to it.
   explicit MatrixGame(double scale);
 
-  /// A row: its entry in each column so far. REQUIRES: finite, > -scale.
-  void AddRow(const std::vector<double>& entries);
+  /// A row: its entry in each column so far. REQUIRES: finite, > -scale. With `constraint`, a
+  /// row that the column player's mix must keep at or below 0 instead (any finite entries, best
+  /// near 1 in size): the row player prices it, at any price >= 0, in addition to its mix.
+  void AddRow(const std::vector<double>& entries, bool constraint = false);
   /// A column: its entry in each row so far (at least one). REQUIRES: as AddRow.
   void AddColumn(const std::vector<double>& entries);
   /// Drops the rows and columns not wanted (`want_rows[i]`, `want_columns[j]` false) where the
@@ -54,7 +62,8 @@ class MatrixGame {
   bool DualSimplex();
 
   double scale_;
-  std::vector<std::vector<double>> a_;  // the entries, scaled and shifted (a / scale + 1)
+  std::vector<std::vector<double>> a_;  // the entries, scaled and shifted (a / scale + 1) but constraints'
+  std::vector<char> constraint_;        // per row
   // The tableau of: maximize sum z subject to a z + slack = 1, z, slack >= 0; one row per
   // constraint row of the tableau: z_ and slack_ its coefficients, rhs_ its right-hand side,
   // basis_ the variable basic in it; z_cost_ and slack_cost_ the reduced costs (slack_cost_ the

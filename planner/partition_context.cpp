@@ -88,6 +88,14 @@ double PartitionContext::PathBound() const {
       input.allreduce.push_back(line);
     }
   }
+  if (!table_.has_tied_parameters()) {
+    for (int l = 0; l < layers_; ++l) {
+      input.static_bytes.push_back(table_.StaticBytes(l, l + 1));
+      input.activation_bytes.push_back(table_.ActivationBytes(l, l + 1));
+    }
+    input.memory_limit_bytes = Limit();
+    input.may_recompute = p_.remat != RematPolicy::kOff;
+  }
   if (std::isfinite(p_.cutoff_ms)) input.enough = p_.cutoff_ms;
   if (p_.quick_bound) input.game_iterations = 0;
   return PathLowerBound(input);

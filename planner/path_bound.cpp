@@ -361,13 +361,13 @@ std::vector<double> HeldAtPeak(const Schedule& schedule) {
 // partition keeps its least over the partitions a bound. What rank r holds is at least its model
 // state and, at the instant of HeldAtPeak, those micro-batches' activations of every layer it
 // does not recompute; a layer recomputed instead adds its forward to each backward (B or I) of its
-// stage. Each layer chooses alone (a relaxation of remat by stage or by layer).
+// stage. Each layer chooses alone (a relaxation of remat by stage or by layer). The prices are
+// the game's (GameBound): one constraint row per rank.
 struct MemoryPrices {
   const PathBoundInput* input = nullptr;
   const std::vector<int>* stage_rank = nullptr;
   std::vector<double> held;   // per stage
-  std::vector<double> price;  // per rank
-  double base = 0;            // the step of the prices
+  std::vector<double> price;  // per rank: the game's prices of its memory rows, per byte
 
   bool on() const { return input != nullptr; }
   double Limit() const { return input->memory_limit_bytes; }
@@ -426,22 +426,22 @@ double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes
 // partitions' mix joins the chains. It stops when no path is longer, for the partitions' mix,
 // than the bound: the chains' best mix is then found.
 constexpr size_t kGameKept = 64;
-constexpr double kPriceStep = 0.05;
-// Subgradient steps of the memory prices (MemoryBound).
-constexpr int kMemorySteps = 20;
+// Memory is priced (a constraint row per rank) up to this many ranks.
+constexpr int kMemoryRows = 64;
 // The game stops once no path, for the partitions' mix, is longer than the bound by this share.
 constexpr double kGameTolerance = 1e-3;
 
-Mix GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::vector<OpTimes>& times, int stages,
+Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::vector<OpTimes>& times, int stages,
               const PathBoundInput& input, MemoryPrices memory) {
+  const int layers = static_cast<int>(times.size());
   // The game starts from the partition that spreads the work most evenly, and its longest paths
   // (one to each rank's end): the partitions a mix of chains prefers are lopsided at first, and
-  // so would their paths be.
-  std::vector<int> ends(stages, static_cast<int>(times.size()));
+  // so would their paths be. With memory priced, the same partition recomputing every layer too
+  // (a column that keeps the memory rows when any does).
+  std::vector<int> ends(stages, layers);
   {
     std::vector<double> work(times.size() + 1, 0.0);
-    for (size_t l = 0; l < times.size(); ++l) work[l + 1] = work[l] + times[l][kF] + times[l][kB];
-    const int layers = static_cast<int>(times.size());
+    for (int l = 0; l < layers; ++l) work[l + 1] = work[l] + times[l][kF] + times[l][kB];
     for (int s = 0, l = 0; s + 1 < stages; ++s) {
       const double target = work.back() * (s + 1) / stages;
       int e = l + 1;
@@ -451,96 +451,139 @@ Mix GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::ve
       l = e;
     }
   }
-  std::vector<std::vector<OpTimes>> partitions = {StageTimesOf(ends, times)};
-  for (const GraphPath& path : LongestPaths(graph, partitions[0], input.allreduce, true)) {
-    rows.push_back(RowOf(path, stages));
+  struct Column {
+    std::vector<OpTimes> times;  // its stage times, what it recomputes included
+    std::vector<double> holds;   // per rank, with memory priced
+  };
+  std::vector<Column> columns;
+  const int ranks = memory.on() ? static_cast<int>(memory.price.size()) : 0;
+  const auto balanced = [&](bool recompute) {
+    Column column{StageTimesOf(ends, times), std::vector<double>(ranks, 0.0)};
+    for (int s = 0, l = 0; s < stages && ranks > 0; ++s) {
+      for (; l < ends[s]; ++l) {
+        double& hold = column.holds[(*memory.stage_rank)[s]];
+        hold += memory.input->static_bytes[l];
+        if (recompute) {
+          column.times[s][kB] += times[l][kF];
+          column.times[s][kI] += times[l][kF];
+        } else {
+          hold += memory.held[s] * memory.input->activation_bytes[l];
+        }
+      }
+    }
+    return column;
+  };
+  columns.push_back(balanced(false));
+  for (const GraphPath& path : LongestPaths(graph, columns[0].times, input.allreduce, true)) {
+    chains.push_back(RowOf(path, stages));
   }
+  if (memory.on() && memory.input->may_recompute) columns.push_back(balanced(true));
   double scale = 0;
-  for (const Row& row : rows) scale = std::max(scale, RowMs(row, partitions[0]));
+  for (const Row& row : chains) scale = std::max(scale, RowMs(row, columns[0].times));
+  // The game's rows: the chains (memory_rank -1), then, with memory priced, one constraint per
+  // rank (what it holds less the limit, over the limit: at most 0 on average over the
+  // partitions' mix), whose prices are the memory's multipliers; then each path found.
+  std::vector<Row> rows = std::move(chains);
+  std::vector<int> memory_rank(rows.size(), -1);
   MatrixGame game(scale);
   for (size_t i = 0; i < rows.size(); ++i) game.AddRow({});
-  {
-    std::vector<double> lengths;
-    for (const Row& row : rows) lengths.push_back(RowMs(row, partitions[0]));
-    game.AddColumn(lengths);
+  for (int r = 0; r < ranks; ++r) {
+    game.AddRow({}, /*constraint=*/true);
+    rows.emplace_back();
+    memory_rank.push_back(r);
   }
+  const auto entries = [&](const Column& column) {
+    std::vector<double> out;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      out.push_back(memory_rank[i] < 0 ? RowMs(rows[i], column.times)
+                                       : (column.holds[memory_rank[i]] - memory.Limit()) / memory.Limit());
+    }
+    return out;
+  };
+  for (const Column& column : columns) game.AddColumn(entries(column));
   Mix best;
   for (int k = 0; k < input.game_iterations; ++k) {
     MatrixGameSolution solution = game.Solve();
+    if (!solution.bounded) break;  // no partition met keeps memory (the bound stands without it)
     // The chains and partitions outside both mixes are dropped once there are many (the
     // program's pivots grow with its size); the oracles bring back any that matter.
-    if (rows.size() > kGameKept || partitions.size() > kGameKept) {
-      std::vector<char> want_rows(rows.size()), want_columns(partitions.size());
-      for (size_t i = 0; i < rows.size(); ++i) want_rows[i] = rows.size() <= kGameKept || solution.row[i] > 0;
-      for (size_t j = 0; j < partitions.size(); ++j) {
-        want_columns[j] = partitions.size() <= kGameKept || solution.column[j] > 0;
+    if (rows.size() > kGameKept + ranks || columns.size() > kGameKept) {
+      std::vector<char> want_rows(rows.size()), want_columns(columns.size());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        want_rows[i] = memory_rank[i] >= 0 || rows.size() <= kGameKept + ranks || solution.row[i] > 0;
+      }
+      for (size_t j = 0; j < columns.size(); ++j) {
+        want_columns[j] = columns.size() <= kGameKept || solution.column[j] > 0;
       }
       const MatrixGame::Kept kept = game.Prune(want_rows, want_columns);
-      const auto compact = [](auto& items, std::vector<double>& shares, const std::vector<char>& keep) {
-        size_t n = 0;
-        for (size_t i = 0; i < items.size(); ++i) {
-          if (!keep[i]) continue;
-          if (n != i) {
-            items[n] = std::move(items[i]);
-            shares[n] = shares[i];
-          }
-          ++n;
+      size_t n = 0;
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (!kept.rows[i]) continue;
+        if (n != i) {
+          rows[n] = std::move(rows[i]);
+          memory_rank[n] = memory_rank[i];
+          solution.row[n] = solution.row[i];
         }
-        items.resize(n);
-        shares.resize(n);
-      };
-      compact(rows, solution.row, kept.rows);
-      compact(partitions, solution.column, kept.columns);
+        ++n;
+      }
+      rows.resize(n);
+      memory_rank.resize(n);
+      solution.row.resize(n);
+      n = 0;
+      for (size_t j = 0; j < columns.size(); ++j) {
+        if (!kept.columns[j]) continue;
+        if (n != j) {
+          columns[n] = std::move(columns[j]);
+          solution.column[n] = solution.column[j];
+        }
+        ++n;
+      }
+      columns.resize(n);
+      solution.column.resize(n);
     }
-    // The chains' mix against every partition: a bound, and the partition that answers it.
+    // The chains' mix and the memory's prices against every partition: a bound, and the
+    // partition that answers it.
     Row weighted{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
     for (size_t i = 0; i < rows.size(); ++i) {
       if (solution.row[i] == 0) continue;
+      if (memory_rank[i] >= 0) {
+        memory.price[memory_rank[i]] = solution.row[i] / memory.Limit();
+        continue;
+      }
       for (int s = 0; s < stages; ++s) {
         for (int op = 0; op < kOps; ++op) weighted.c[s][op] += solution.row[i] * rows[i].c[s][op];
       }
       weighted.hops += solution.row[i] * rows[i].hops;
     }
-    // The prices move in steps of a share of (the step's scale) / (the limit): what would make
-    // a rank's whole memory cost as much as the step.
-    if (memory.on() && k == 0) memory.base = kPriceStep * scale / memory.Limit();
-    std::vector<OpTimes> answer_times;
-    std::vector<double> holds;
-    const double least = LeastPriced(weighted.c, weighted.hops, times, memory, &ends, &answer_times, &holds);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (memory_rank[i] >= 0 && solution.row[i] == 0) memory.price[memory_rank[i]] = 0;
+    }
+    Column answer;
+    const double least = LeastPriced(weighted.c, weighted.hops, times, memory, &ends, &answer.times, &answer.holds);
     if (least > best.bound || k == 0) best = Mix{least, weighted.c, weighted.hops};
     if (input.enough > 0 && best.bound >= input.enough) break;
-    // The prices of the ranks that hold more than the limit rise, of the others fall.
-    bool over = false;
-    if (memory.on()) {
-      const double step = memory.base / std::sqrt(k + 1.0);
-      for (size_t r = 0; r < holds.size(); ++r) {
-        const double excess = (holds[r] - memory.Limit()) / memory.Limit();
-        over = over || excess > 0;
-        memory.price[r] = std::max(0.0, memory.price[r] + step * std::clamp(excess, -1.0, 1.0));
-      }
-    }
     // The partitions' mix, and its longest path.
     std::vector<OpTimes> mixed(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
-    for (size_t j = 0; j < partitions.size(); ++j) {
+    for (size_t j = 0; j < columns.size(); ++j) {
       if (solution.column[j] == 0) continue;
       for (int s = 0; s < stages; ++s) {
-        for (int op = 0; op < kOps; ++op) mixed[s][op] += solution.column[j] * partitions[j][s][op];
+        for (int op = 0; op < kOps; ++op) mixed[s][op] += solution.column[j] * columns[j].times[s][op];
       }
     }
     const std::vector<GraphPath> longest_path = LongestPaths(graph, mixed, input.allreduce, false);
     if (longest_path.empty()) break;
     Row row = RowOf(longest_path.front(), stages);
-    if (!over && RowMs(row, mixed) <= best.bound * (1 + kGameTolerance)) break;
+    // (the game's value lies between the bound and that path's length)
+    if (RowMs(row, mixed) <= best.bound * (1 + kGameTolerance)) break;
     // The path joins as a row (the game's basis stays optimal: the dual simplex), then the
     // partition as a column.
     std::vector<double> lengths;
-    for (const auto& partition : partitions) lengths.push_back(RowMs(row, partition));
+    for (const Column& column : columns) lengths.push_back(RowMs(row, column.times));
     game.AddRow(lengths);
     rows.push_back(std::move(row));
-    partitions.push_back(std::move(answer_times));
-    lengths.clear();
-    for (const Row& r : rows) lengths.push_back(RowMs(r, partitions.back()));
-    game.AddColumn(lengths);
+    memory_rank.push_back(-1);
+    columns.push_back(std::move(answer));
+    game.AddColumn(entries(columns.back()));
   }
   return best;
 }
@@ -597,7 +640,7 @@ double PathLowerBound(const PathBoundInput& input) {
     if (!wholes.empty()) rows.push_back(RowOf(forward_chains, wholes, stages));
     if (!drains.empty()) rows.push_back(RowOf(chains, drains, stages));
     MemoryPrices memory;
-    if (input.memory_limit_bytes > 0 && !input.static_bytes.empty()) {
+    if (input.memory_limit_bytes > 0 && !input.static_bytes.empty() && schedule.num_ranks() <= kMemoryRows) {
       memory.input = &input;
       memory.stage_rank = &schedule.stage_rank;
       memory.held = HeldAtPeak(schedule);

@@ -17,9 +17,22 @@
 // towards the longest chain of the partition that minimized the last average. Every such
 // least value is a lower bound; the bound is the largest met.
 //
+// The full bound then plays a game (a double oracle): the bound picks a mix of chains, a
+// partition answers with the least weighted length. Over the chains and partitions met so far the
+// game is a linear program (planner/matrix_game.h); its mix of chains is priced against every
+// partition by the dynamic program (a bound, and a new partition), and the longest path of the
+// schedule's precedence graph (planner/precedence_graph.h) for the partitions' mix joins the
+// chains, until no path is longer than the bound. Where memory is given, the game also prices
+// it: one constraint per rank (what it holds at its fullest instant, less the limit), whose prices
+// are Lagrange multipliers, and the dynamic program lets each layer recompute its forward, at
+// that forward's cost on every backward of its stage, instead of keeping its activations. That
+// sees the recompute memory forces.
+//
 // It sees what the per-rank bound of interleaved_search.h cannot: a partition that makes the
 // first round's stages short to shorten every rank's wait lengthens the later rounds, whose chains
-// then bind. It ignores recompute, memory, per-action overheads and calibrated step costs (all only add).
+// then bind. It ignores per-action overheads and calibrated step costs (which only add), and
+// prices the least memory a plan can hold (model state and activations: not the inputs,
+// buffers and workspace, which only add).
 #pragma once
 
 #include <vector>

@@ -54,6 +54,35 @@ TEST(MatrixGame, KnownValues) {
   EXPECT_NEAR(mixed.value, 1.75, 1e-9);
 }
 
+// A constraint row: the column player's mix must keep it at or below 0. Column 0 costs 1 and
+// breaks the constraint by 1, column 1 costs 3 and keeps it by 1: the best mix is half and half,
+// value 2, and the constraint's price 1 (2 = 1 + 1 x 1 = 3 - 1 x 1). With no column that keeps it,
+// the value is unbounded.
+TEST(MatrixGame, ConstraintRowsArePriced) {
+  MatrixGame game(3.0);
+  game.AddRow({});
+  game.AddRow({}, /*constraint=*/true);
+  game.AddColumn({1.0, 1.0});
+  EXPECT_FALSE(game.Solve().bounded);
+  game.AddColumn({3.0, -1.0});
+  const MatrixGameSolution s = game.Solve();
+  ASSERT_TRUE(s.bounded);
+  EXPECT_NEAR(s.value, 2.0, 1e-9);
+  EXPECT_NEAR(s.row[0], 1.0, 1e-9);
+  EXPECT_NEAR(s.row[1], 1.0, 1e-9);
+  EXPECT_NEAR(s.column[0], 0.5, 1e-9);
+  // Added after the columns, as the path bound adds them: the same.
+  MatrixGame late(3.0);
+  late.AddRow({});
+  late.AddColumn({1.0});
+  late.AddColumn({3.0});
+  EXPECT_NEAR(late.Solve().value, 1.0, 1e-9);
+  late.AddRow({1.0, -1.0}, /*constraint=*/true);
+  const MatrixGameSolution t = late.Solve();
+  EXPECT_NEAR(t.value, 2.0, 1e-9);
+  EXPECT_NEAR(t.row[1], 1.0, 1e-9);
+}
+
 // Random games, square and not, with entries on scales from 1 to 1e4 (the path bound's are
 // milliseconds): both mixes are distributions and meet at the value.
 TEST(MatrixGame, RandomGamesMeetAtTheValue) {
