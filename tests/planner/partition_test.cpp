@@ -392,6 +392,48 @@ TEST(Partition, ZeroBubbleRootBoundSeesTheDrain) {
   EXPECT_LE(c.bound, c.optimum * (1 + 1e-9));
 }
 
+// Where memory forces recompute, the full root bound sees it (the game prices each rank's
+// memory; planner/path_bound.h): 16 even layers on 4 ranks of 2 chunks, M = 8, each layer's
+// activations 10x its model state, and a limit that holds a rank's model state and about a
+// third of what its stash would need. The bound rises above the memory-free one, towards the
+// optimum (which recomputes), and never above it; interleaved 1F1B and zero bubble.
+TEST(Partition, RootBoundSeesTheRecomputeMemoryForces) {
+  const Profile profile = ShapedProfile(16, [](int, LayerProfile* layer) {
+    layer->forward_ms = 1;
+    layer->backward_ms = 2;
+    layer->backward_weight_ms = 1;
+    layer->param_bytes = 1'000'000;
+    layer->activation_bytes = 10'000'000;
+  });
+  Cluster cluster;
+  cluster.devices = 4;
+  cluster.device_memory_bytes = int64_t{1} << 40;
+  cluster.link = Link{1e12, 0.0};
+  int checked = 0;
+  for (ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZb}) {
+    PartitionProblem problem = InterleavedProblem(profile, cluster, 4, 8);
+    problem.schedule = kind;
+    problem.remat = RematPolicy::kStages;
+    problem.memory_limit_bytes = 1e15;
+    const double free = PartitionLowerBound(problem);
+    // (SGD: parameters and gradients; a rank's 4 layers; its stash of up to ~8 micro-batches of
+    // 2 layers' activations without remat)
+    problem.memory_limit_bytes = 4 * 2.0e6 + 60e6;
+    const double tight = PartitionLowerBound(problem);
+    Expected<PartitionResult> best = FindBestPartition(problem);
+    ASSERT_TRUE(best.ok() && best->plan.has_value()) << ScheduleName(kind);
+    int recomputing = 0;
+    for (const StagePlan& stage : best->plan->stages) recomputing += stage.remat ? 1 : 0;
+    std::printf("%s: memory-free bound %.1f ms, with memory %.1f ms, optimum %.1f ms (%d of 8 stages recompute)\n",
+                ScheduleName(kind), free, tight, best->step_time_ms, recomputing);
+    EXPECT_GT(recomputing, 0) << ScheduleName(kind);
+    EXPECT_GT(tight, free * 1.05) << ScheduleName(kind);
+    EXPECT_LE(tight, best->step_time_ms * (1 + 1e-9)) << ScheduleName(kind);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 // Memory rules an interleaved shape out before any search: 6 equal layers on 2 ranks of 2 chunks
 // put 3 layers on some rank, 2 of them in one chunk, and that rank's model state and chunk
 // activations pass the limit. The mean over the chunks (half of a rank's 3 layers' activations:
