@@ -26,7 +26,7 @@ constexpr double kInfinity = std::numeric_limits<double>::infinity();
 constexpr double kAlternatives = 1.25;
 // The share of the time limit the searches of configurations get; the rest raises the least
 // lower bounds.
-constexpr double kSearchShare = 0.75;
+constexpr double kSearchShare = 0.9;
 
 bool ProfileHasWeightTimes(const Profile& profile) {
   return std::all_of(profile.layers.begin(), profile.layers.end(),
