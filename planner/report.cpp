@@ -54,7 +54,9 @@ std::string FormatGapLine(const SearchResult& result) {
 std::string FormatPlanReport(const SearchRequest& request, const SearchResult& result, double seconds) {
   std::string out;
   out += "searched " + std::to_string(result.searched) + " of " + std::to_string(result.configurations) +
-         " configurations (" + std::to_string(result.skipped_by_bound) + " ruled out by a lower bound) in " +
+         " configurations (" + std::to_string(result.skipped_by_bound) + " ruled out by a lower bound" +
+         (result.bounds_raised > 0 ? "; " + std::to_string(result.bounds_raised) + " lower bounds raised after" : "") +
+         ") in " +
          Format("%.2f", seconds) + " s; " +
          (!result.best                ? "no plan fits"
           : result.proven_optimal     ? "the best plan is proven optimal"
