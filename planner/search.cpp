@@ -278,7 +278,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // searched. Both keys are lower bounds, so the configurations most likely to win are searched
   // first (the best plan found early prunes the rest), and once the smallest key reaches what the
   // alternatives allow, nothing left can matter. Then, in what time is left, the least bounds
-  // are raised (RaiseLeastBounds below).
+  // are raised (after the loop below).
   struct Entry {
     double bound;
     // The key: 0 CheapBound, 1 PartitionLowerBound's quick bound, 2 final (its full bound, or

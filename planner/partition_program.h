@@ -1,0 +1,79 @@
+// What the path bound (path_bound.h) prices partitions with: a mix of chains as coefficients per
+// stage and op, its least value over every contiguous partition of the layers (a dynamic
+// program), and stage times. Internal to the planner's bounds.
+#pragma once
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "planner/precedence_graph.h"
+
+namespace gpipe::path_internal {
+
+using Coefficients = std::vector<OpTimes>;  // per stage, per op
+
+// A weighted average of chains (its coefficients and messages' time), and its least value over
+// the partitions: a bound.
+struct Mix {
+  double bound = 0;
+  Coefficients c;
+  double hops = 0;
+};
+
+// A convex combination of chains: its coefficients per stage and op, and its messages' time.
+struct Row {
+  Coefficients c;
+  double hops = 0;
+};
+
+/// The path's coefficients as a row.
+Row RowOf(const GraphPath& path, int stages);
+/// A row's length for stages whose op times are `stage_times`.
+double RowMs(const Row& row, const std::vector<OpTimes>& stage_times);
+/// The stage times of the partition whose stages end at `ends`, from per-layer `times`.
+std::vector<OpTimes> StageTimesOf(const std::vector<int>& ends, const std::vector<OpTimes>& times);
+
+// The least of sum over layers of layer_cost(l, s) (layer l in stage s) over contiguous
+// partitions with no empty stage; `ends` gets its stage ends.
+template <typename LayerCost>
+double LeastOverPartitionsOf(int stages, int layers, const LayerCost& layer_cost, std::vector<int>* ends) {
+  // cost[l][s]: layers 0..l assigned, layer l in stage s; from[l][s]: whether layer l - 1 was in
+  // stage s - 1 (a new stage starts at l).
+  constexpr double kInfinity = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> cost(layers, std::vector<double>(stages, kInfinity));
+  std::vector<std::vector<char>> from(layers, std::vector<char>(stages, 0));
+  cost[0][0] = layer_cost(0, 0);
+  for (int l = 1; l < layers; ++l) {
+    // Stage s can hold layer l only if stages 0..s-1 hold at least s layers and s+1.. the rest.
+    const int lo = std::max(0, stages - (layers - l));
+    const int hi = std::min(stages - 1, l);
+    for (int s = lo; s <= hi; ++s) {
+      double best = cost[l - 1][s];
+      char started = 0;
+      if (s > 0 && cost[l - 1][s - 1] < best) {
+        best = cost[l - 1][s - 1];
+        started = 1;
+      }
+      if (best == kInfinity) continue;
+      cost[l][s] = best + layer_cost(l, s);
+      from[l][s] = started;
+    }
+  }
+  const double least = cost[layers - 1][stages - 1];
+  if (ends != nullptr) {
+    ends->assign(stages, layers);
+    for (int l = layers - 1, s = stages - 1; l > 0; --l) {
+      if (from[l][s]) {
+        (*ends)[s - 1] = l;
+        --s;
+      }
+    }
+  }
+  return least;
+}
+
+/// The least of sum_s sum_op c[s][op] x (stage s's op time) over the partitions.
+double LeastOverPartitions(const Coefficients& c, const std::vector<OpTimes>& times, std::vector<int>* ends);
+
+}  // namespace gpipe::path_internal
