@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <optional>
 #include <queue>
 #include <string>
 
@@ -41,37 +43,47 @@ std::vector<int> Divisors(int64_t n) {
   return out;
 }
 
+// What CheapBound reads of a profile, the same for every configuration that shares it: the
+// work of one micro-batch through every layer, the heaviest layer's, and the calibration.
+struct ProfileWork {
+  double work = 0, heaviest = 0;
+  std::optional<Calibration> calibration;
+};
+
+ProfileWork WorkOf(const PartitionProblem& problem) {
+  ProfileWork out;
+  for (const LayerProfile& layer : problem.profile->layers) {
+    // (a remat stage runs the forward of the layers it recomputes under no_grad)
+    const double forward = problem.remat == RematPolicy::kOff ? layer.forward_ms
+                                                               : std::min(layer.forward_ms, layer.ForwardNoGradMs());
+    out.work += forward + layer.backward_ms;
+    out.heaviest = std::max(out.heaviest, forward + layer.backward_ms);
+  }
+  out.calibration = EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
+  return out;
+}
+
 // A lower bound on any plan of `problem`: the work of one step spread over all its ranks, one
 // micro-batch's way through every layer and back, and M times the heaviest layer (on whichever
 // rank holds it). The layer times are the problem's own profile's (measured at its micro-batch
 // size when the profile has several), scaled as the cost
 // model scales them (linearly in the samples, by the calibrated compute scale of the ranks that
 // share a node, which may be below 1); what the cost model adds (overheads, messages,
-// all-reduce) only lengthens the step.
-double CheapBound(const PartitionProblem& problem) {
-  double work = 0, heaviest = 0;
-  for (const LayerProfile& layer : problem.profile->layers) {
-    // (a remat stage runs the forward of the layers it recomputes under no_grad)
-    const double forward = problem.remat == RematPolicy::kOff ? layer.forward_ms
-                                                               : std::min(layer.forward_ms, layer.ForwardNoGradMs());
-    work += forward + layer.backward_ms;
-    heaviest = std::max(heaviest, forward + layer.backward_ms);
-  }
+// all-reduce) only lengthens the step. `work`: WorkOf(problem).
+double CheapBound(const PartitionProblem& problem, const ProfileWork& work) {
   double scale = static_cast<double>(problem.global_batch) /
                  (static_cast<double>(problem.replicas) * problem.microbatches) /
                  static_cast<double>(problem.profile->microbatch_size);
-  const std::optional<Calibration> calibration =
-      EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
-  if (calibration) {
+  if (work.calibration) {
     // Under core sharing the stage times carry one rank's factor and sharing only slows them.
     const int per_node = RanksPerNode(*problem.cluster, problem.ranks, problem.replicas, problem.tensor_parallel);
-    scale *= calibration->ComputeScale(
-        CoreSharingOf(*problem.profile, *problem.cluster, &*calibration, per_node, problem.ranks).static_ranks);
+    scale *= work.calibration->ComputeScale(
+        CoreSharingOf(*problem.profile, *problem.cluster, &*work.calibration, per_node, problem.ranks).static_ranks);
   }
-  const double per_microbatch = work * scale;
+  const double per_microbatch = work.work * scale;
   // The rank that holds the heaviest layer runs its forward and backward M times.
   return std::max({per_microbatch * problem.microbatches / problem.ranks, per_microbatch,
-                   heaviest * scale * problem.microbatches});
+                   work.heaviest * scale * problem.microbatches});
 }
 
 // "interleaved-1f1b K=8 v=2 D=1 M=64", "1f1b t=8 K=12 D=4 (ZeRO-1) M=96".
@@ -224,13 +236,17 @@ Expected<Candidate> Evaluate(const Plan& plan, bool proven_optimal) {
   return c;
 }
 
-std::function<bool()> DeadlineOf(const SearchRequest& request, double share) {
-  std::function<double()> clock = request.clock ? request.clock : [] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  };
+std::function<double()> ClockOf(const SearchRequest& request) {
+  if (request.clock) return request.clock;
+  return [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+}
+
+std::function<bool()> DeadlineOf(const SearchRequest& request, double share, const double* reserve_s) {
+  std::function<double()> clock = ClockOf(request);
   const double stop_at = clock() + share * request.time_limit_s;  // infinity without a limit
-  return [clock = std::move(clock), stop_at, stop = request.stop] {
-    return (std::isfinite(stop_at) && clock() >= stop_at) || (stop && stop());
+  return [clock = std::move(clock), stop_at, stop = request.stop, reserve_s] {
+    return (std::isfinite(stop_at) && clock() >= stop_at - (reserve_s != nullptr ? *reserve_s : 0.0)) ||
+           (stop && stop());
   };
 }
 
@@ -291,7 +307,14 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-  for (size_t i = 0; i < problems.size(); ++i) queue.push({CheapBound(problems[i]), 0, i});
+  {
+    std::map<const Profile*, ProfileWork> works;  // (the configurations share a few profiles)
+    for (size_t i = 0; i < problems.size(); ++i) {
+      auto it = works.find(problems[i].profile);
+      if (it == works.end()) it = works.emplace(problems[i].profile, WorkOf(problems[i])).first;
+      queue.push({CheapBound(problems[i], it->second), 0, i});
+    }
+  }
   std::vector<std::string> hows = {" (not searched yet)"};
 
   // Every configuration's share of the lower bound: what its search proved, or, while it waits in
@@ -305,8 +328,12 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // The searches stop at a share of the time limit; what is left raises the least bounds.
   // (While no search has found a plan, the searches have the whole time: a plan matters more than
   // a bound, and the least-memory plan is only a fallback.)
-  const std::function<bool()> time_up = DeadlineOf(request);
-  const std::function<bool()> share_up = DeadlineOf(request, kSearchShare);
+  // The report simulates the best plan again: the search leaves it the time that simulation took
+  // (a thousand ranks: a second or two).
+  double report_s = 0;
+  const std::function<double()> clock = ClockOf(request);
+  const std::function<bool()> time_up = DeadlineOf(request, 1.0, &report_s);
+  const std::function<bool()> share_up = DeadlineOf(request, kSearchShare, &report_s);
   double best = kInfinity;
   bool searches_found = false;
   const std::function<bool()> search_time_up = [&] { return searches_found ? share_up() : time_up(); };
@@ -329,8 +356,10 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   const auto keep = [&](const PartitionResult& result) -> Status {
     if (!result.plan) return Status::Ok();
     searches_found = true;
+    const double evaluated_at = clock();
     Expected<Candidate> candidate = Evaluate(*result.plan, result.proven_optimal);
     if (!candidate.ok()) return candidate.status();
+    if (candidate->step_time_ms < best) report_s = clock() - evaluated_at;
     best = std::min(best, candidate->step_time_ms);
     if (!IsNewerSchedule(candidate->plan.schedule) && candidate->step_time_ms < best_older) {
       best_older = candidate->step_time_ms;
@@ -355,8 +384,10 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     Expected<LeastMemory> least = LeastMemoryOn(whole, devices);
     const double limit = static_cast<double>(request.cluster.device_memory_bytes);
     if (least.ok() && least->peak_bytes <= limit && (!request.schedule || *request.schedule == least->plan.schedule)) {
+      const double evaluated_at = clock();
       Expected<Candidate> candidate = Evaluate(least->plan, false);
       if (candidate.ok()) {
+        if (candidate->step_time_ms < best) report_s = clock() - evaluated_at;
         least_memory_ms = candidate->step_time_ms;
         best = std::min(best, least_memory_ms);
         found.push_back(std::move(*candidate));

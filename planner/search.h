@@ -124,9 +124,11 @@ struct SearchResult {
 /// best / lower_bound - 1, as SearchResult::gap (0 when they agree to 1e-9, infinity when best is).
 double Gap(double best_ms, double lower_bound_ms);
 
-/// The request's deadline, from now: true once `share` of `time_limit_s` has passed on `clock`
-/// (the steady wall clock when null), or once `stop` says so.
-std::function<bool()> DeadlineOf(const SearchRequest& request, double share = 1.0);
+/// The request's clock: `clock`, or the steady wall clock when null (seconds).
+std::function<double()> ClockOf(const SearchRequest& request);
+/// The request's deadline, from now: true once `share` of `time_limit_s` less `*reserve_s` (read
+/// at each call; null: none) has passed on ClockOf(request), or once `stop` says so.
+std::function<bool()> DeadlineOf(const SearchRequest& request, double share = 1.0, const double* reserve_s = nullptr);
 
 /// Checks the request (batch, pins against the cluster and the profile) and searches. A request
 /// that cannot work is a Status::Usage naming K, D, M and the batch (CheckPipelineShape), not flags.
