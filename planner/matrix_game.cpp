@@ -227,13 +227,17 @@ MatrixGameSolution MatrixGame::Solve() {
   const double total = objective_;  // sum z
   out.column.assign(n, 0.0);
   out.row.assign(m, 0.0);
+  // The uniform mix over the rows that are not constraints, no prices.
+  const auto uniform_rows = [&] {
+    int mixed = 0;
+    for (int k = 0; k < m; ++k) mixed += constraint_[k] ? 0 : 1;
+    for (int k = 0; k < m; ++k) out.row[k] = constraint_[k] ? 0.0 : 1.0 / mixed;
+  };
   if (total <= kEps) {
     // No mix of the columns keeps the constraints: the row player's prices have no bound.
     out.bounded = false;
     out.value = std::numeric_limits<double>::infinity();
-    int mixed = 0;
-    for (int k = 0; k < m; ++k) mixed += constraint_[k] ? 0 : 1;
-    for (int k = 0; k < m; ++k) out.row[k] = constraint_[k] ? 0.0 : 1.0 / mixed;
+    uniform_rows();
     for (double& y : out.column) y = 1.0 / n;
     return out;
   }
@@ -261,11 +265,7 @@ MatrixGameSolution MatrixGame::Solve() {
     column_total += y;
   }
   for (double& y : out.column) y = column_total > 0 ? y / column_total : 1.0 / n;
-  if (mix_total <= 0) {
-    int mixed = 0;
-    for (int k = 0; k < m; ++k) mixed += constraint_[k] ? 0 : 1;
-    for (int k = 0; k < m; ++k) out.row[k] = constraint_[k] ? 0.0 : 1.0 / mixed;
-  }
+  if (mix_total <= 0) uniform_rows();
   return out;
 }
 

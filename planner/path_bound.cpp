@@ -178,45 +178,47 @@ std::vector<std::array<double, kOps>> LayerTimes(const LayerTable& table) {
   return times;
 }
 
+// The average of `chains[mix]` (`mix` empty: of all of them).
+Row RowOf(const std::vector<Chain>& chains, const std::vector<size_t>& mix, int stages) {
+  Row row{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
+  const size_t n = mix.empty() ? chains.size() : mix.size();
+  for (size_t k = 0; k < n; ++k) {
+    const Chain& chain = chains[mix.empty() ? k : mix[k]];
+    chain.AddTo(1.0 / static_cast<double>(n), &row.c);
+    row.hops += chain.hops / static_cast<double>(n);
+  }
+  return row;
+}
+
 // The bound from `chains` (not empty): Frank-Wolfe steps from the average of `start` (chains'
 // indices; empty: all of them).
 Mix FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& start,
                const std::vector<std::array<double, kOps>>& times, int stages, const PathBoundInput& input) {
   // Start from the average; each step moves a share 2 / (k + 2) of the weight onto the chain
   // that is longest for the partition the current average prefers.
-  Coefficients weights(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
-  double hops = 0;
-  const size_t n = start.empty() ? chains.size() : start.size();
-  for (size_t k = 0; k < n; ++k) {
-    const Chain& chain = chains[start.empty() ? k : start[k]];
-    chain.AddTo(1.0 / static_cast<double>(n), &weights);
-    hops += chain.hops / static_cast<double>(n);
-  }
+  Row average = RowOf(chains, start, stages);
+  Coefficients& weights = average.c;
+  double& hops = average.hops;
   Mix best;
   std::vector<int> ends;
-  std::vector<std::array<double, kOps>> stage_times(stages), prefix(stages + 1);
+  std::vector<OpTimes> prefix(stages + 1);
   for (int k = 0; k < input.iterations; ++k) {
     const double least = LeastOverPartitions(weights, times, &ends) + hops;
     if (least > best.bound || k == 0) best = Mix{least, weights, hops};
     if ((input.enough > 0 && best.bound >= input.enough) || k + 1 == input.iterations) break;
     // The partition's stage times, and its longest chain.
+    const std::vector<OpTimes> stage_times = StageTimesOf(ends, times);
     prefix[0] = {0.0, 0.0, 0.0, 0.0, 0.0};
-    for (int s = 0, l = 0; s < stages; ++s) {
-      stage_times[s] = {0.0, 0.0, 0.0, 0.0, 0.0};
-      for (; l < ends[s]; ++l) {
-        for (int op = 0; op < kOps; ++op) stage_times[s][op] += times[l][op];
-      }
+    for (int s = 0; s < stages; ++s) {
       for (int op = 0; op < kOps; ++op) prefix[s + 1][op] = prefix[s][op] + stage_times[s][op];
     }
     const Chain* longest = nullptr;
     double longest_ms = -1;
-    {
-      for (const Chain& chain : chains) {
-        const double ms = chain.Ms(stage_times, prefix);
-        if (ms > longest_ms) {
-          longest_ms = ms;
-          longest = &chain;
-        }
+    for (const Chain& chain : chains) {
+      const double ms = chain.Ms(stage_times, prefix);
+      if (ms > longest_ms) {
+        longest_ms = ms;
+        longest = &chain;
       }
     }
     const double step = 2.0 / (k + 2.0);
@@ -229,15 +231,19 @@ Mix FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& star
   return best;
 }
 
-Row RowOf(const std::vector<Chain>& chains, const std::vector<size_t>& mix, int stages) {
-  Row row{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
-  const size_t n = mix.empty() ? chains.size() : mix.size();
-  for (size_t k = 0; k < n; ++k) {
-    const Chain& chain = chains[mix.empty() ? k : mix[k]];
-    chain.AddTo(1.0 / static_cast<double>(n), &row.c);
-    row.hops += chain.hops / static_cast<double>(n);
+// Per rank (in rank order, ranks with none left out), the index of its chain that starts
+// earliest among those `chosen` takes.
+template <typename Chosen>
+std::vector<size_t> EarliestPerRank(const std::vector<Chain>& chains, int ranks, const Chosen& chosen) {
+  const size_t none = chains.size();
+  std::vector<size_t> out(ranks, none);
+  for (size_t c = 0; c < chains.size(); ++c) {
+    if (!chosen(chains[c])) continue;
+    size_t& at = out[chains[c].rank];
+    if (at == none || chains[c].first_action < chains[at].first_action) at = c;
   }
-  return row;
+  out.erase(std::remove(out.begin(), out.end(), none), out.end());
+  return out;
 }
 
 }  // namespace
@@ -265,25 +271,15 @@ double PathLowerBound(const PathBoundInput& input) {
   // Each rank's whole order, from its first forward to its last action and its all-reduce: their
   // average is the work and the all-reduces spread over the ranks (plus the average fill), which
   // the average over all chains dilutes with chains that end before the all-reduce.
-  std::vector<size_t> wholes(schedule.num_ranks(), forward_chains.size());
-  for (size_t c = 0; c < forward_chains.size(); ++c) {
-    const Chain& chain = forward_chains[c];
-    if (!chain.to_last || chain.reduced != !input.allreduce.empty()) continue;
-    size_t& at = wholes[chain.rank];
-    if (at == forward_chains.size() || chain.first_action < forward_chains[at].first_action) at = c;
-  }
-  wholes.erase(std::remove(wholes.begin(), wholes.end(), forward_chains.size()), wholes.end());
+  const std::vector<size_t> wholes = EarliestPerRank(forward_chains, schedule.num_ranks(), [&](const Chain& chain) {
+    return chain.to_last && chain.reduced == !input.allreduce.empty();
+  });
   if (!wholes.empty() && enough(FrankWolfe(forward_chains, wholes, times, stages, input))) return best.bound;
   if (input.game_iterations < 1) return best.bound;  // (a quick bound: the runs above only)
   const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
-  std::vector<size_t> drains(schedule.num_ranks(), chains.size());
-  for (size_t c = 0; c < chains.size(); ++c) {
-    const Chain& chain = chains[c];
-    if (chain.back_from < 0 || !chain.to_last || chain.reduced) continue;
-    size_t& at = drains[chain.rank];
-    if (at == chains.size() || chain.first_action < chains[at].first_action) at = c;
-  }
-  drains.erase(std::remove(drains.begin(), drains.end(), chains.size()), drains.end());
+  const std::vector<size_t> drains = EarliestPerRank(chains, schedule.num_ranks(), [](const Chain& chain) {
+    return chain.back_from >= 0 && chain.to_last && !chain.reduced;
+  });
   if (chains.size() > forward_chains.size() && enough(FrankWolfe(chains, {}, times, stages, input))) return best.bound;
   if (!drains.empty() && enough(FrankWolfe(chains, drains, times, stages, input))) return best.bound;
   const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(schedule, input.hop_ms, input.max_graph_nodes);

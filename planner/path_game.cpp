@@ -15,6 +15,21 @@ constexpr int kMemoryRows = 64;
 // The game stops once no path, for the partitions' mix, is longer than the bound by this share.
 constexpr double kGameTolerance = 1e-3;
 
+// Layer l in stage s, keeping its activations (`keep`) or recomputing its forward: what it adds
+// to its rank's hold (model state, and the activations of HeldAtPeak's micro-batches) or to its
+// stage's backwards (B and I).
+void Place(const MemoryPrices& memory, const std::vector<OpTimes>& times, int l, int s, bool keep,
+           std::vector<OpTimes>* stage_times, std::vector<double>* holds) {
+  double& hold = (*holds)[(*memory.stage_rank)[s]];
+  hold += memory.input->static_bytes[l];
+  if (keep) {
+    hold += memory.held[s] * memory.input->activation_bytes[l];
+  } else {
+    (*stage_times)[s][kB] += times[l][kF];
+    (*stage_times)[s][kI] += times[l][kF];
+  }
+}
+
 // The least over partitions of the mix's cost plus the memory's price (as above); `ends` gets the
 // partition, `stage_times` its stage times with what it recomputes, `holds` what each rank holds.
 double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes>& times, const MemoryPrices& memory,
@@ -42,14 +57,7 @@ double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes
   holds->assign(memory.price.size(), 0.0);
   for (int s = 0, l = 0; s < stages; ++s) {
     for (; l < (*ends)[s]; ++l) {
-      double& hold = (*holds)[(*memory.stage_rank)[s]];
-      hold += memory.input->static_bytes[l];
-      if (memory.Keeps(l, s, recompute(s), times[l][kF])) {
-        hold += memory.held[s] * memory.input->activation_bytes[l];
-      } else {
-        (*stage_times)[s][kB] += times[l][kF];
-        (*stage_times)[s][kI] += times[l][kF];
-      }
+      Place(memory, times, l, s, memory.Keeps(l, s, recompute(s), times[l][kF]), stage_times, holds);
     }
   }
   return least;
@@ -118,16 +126,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
   const auto balanced = [&](bool recompute) {
     Column column{StageTimesOf(ends, times), std::vector<double>(ranks, 0.0)};
     for (int s = 0, l = 0; s < stages && ranks > 0; ++s) {
-      for (; l < ends[s]; ++l) {
-        double& hold = column.holds[(*memory.stage_rank)[s]];
-        hold += memory.input->static_bytes[l];
-        if (recompute) {
-          column.times[s][kB] += times[l][kF];
-          column.times[s][kI] += times[l][kF];
-        } else {
-          hold += memory.held[s] * memory.input->activation_bytes[l];
-        }
-      }
+      for (; l < ends[s]; ++l) Place(memory, times, l, s, !recompute, &column.times, &column.holds);
     }
     return column;
   };

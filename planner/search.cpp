@@ -353,13 +353,18 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   double best_older = kInfinity;
   const auto cutoff = [&](const PartitionProblem& problem) { return IsNewerSchedule(problem.schedule) ? best : best_older; };
   std::vector<Candidate> found;
+  // Evaluate, and when the plan is the best so far, what that took (the report's reserve).
+  const auto evaluate = [&](const Plan& plan, bool proven_optimal) {
+    const double evaluated_at = clock();
+    Expected<Candidate> candidate = Evaluate(plan, proven_optimal);
+    if (candidate.ok() && candidate->step_time_ms < best) report_s = clock() - evaluated_at;
+    return candidate;
+  };
   const auto keep = [&](const PartitionResult& result) -> Status {
     if (!result.plan) return Status::Ok();
     searches_found = true;
-    const double evaluated_at = clock();
-    Expected<Candidate> candidate = Evaluate(*result.plan, result.proven_optimal);
+    Expected<Candidate> candidate = evaluate(*result.plan, result.proven_optimal);
     if (!candidate.ok()) return candidate.status();
-    if (candidate->step_time_ms < best) report_s = clock() - evaluated_at;
     best = std::min(best, candidate->step_time_ms);
     if (!IsNewerSchedule(candidate->plan.schedule) && candidate->step_time_ms < best_older) {
       best_older = candidate->step_time_ms;
@@ -384,10 +389,8 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     Expected<LeastMemory> least = LeastMemoryOn(whole, devices);
     const double limit = static_cast<double>(request.cluster.device_memory_bytes);
     if (least.ok() && least->peak_bytes <= limit && (!request.schedule || *request.schedule == least->plan.schedule)) {
-      const double evaluated_at = clock();
-      Expected<Candidate> candidate = Evaluate(least->plan, false);
+      Expected<Candidate> candidate = evaluate(least->plan, false);
       if (candidate.ok()) {
-        if (candidate->step_time_ms < best) report_s = clock() - evaluated_at;
         least_memory_ms = candidate->step_time_ms;
         best = std::min(best, least_memory_ms);
         found.push_back(std::move(*candidate));
