@@ -5,6 +5,8 @@
 // PartitionResult, with any error a leaf met.
 #pragma once
 
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -38,11 +40,33 @@ class BranchAndBound : public PartitionContext {
   // error a leaf met instead, if any.
   Expected<PartitionResult> Finish(double root);
 
+  // Whether stage s on layers [a, e), after the stages placed (priced_), can still beat the best
+  // at the root's LayerPrices (path_bound.h): their least over the partitions that place so.
+  bool PricesAdmit(int s, int a, int e) const {
+    return prices_.empty() ||
+           prices_.constant() + priced_ + prices_.StageCost(s, a, e) + prices_.Rest(s + 1, e) < Cutoff();
+  }
+  // Simulates the partition whose stages end at `ends` (every stage a layer at least), each
+  // stage recomputing what `fit` chooses (false: it does not fit), and keeps it as Leaf does.
+  // A search's seeds: the root prices' least partition among them.
+  template <typename Fit>
+  void SeedWith(std::vector<int> ends, const Fit& fit) {
+    for (int s = 0, a = 0; s < stages_; ++s) {
+      ends[s] = std::clamp(ends[s], a + 1, layers_ - (stages_ - 1 - s));
+      a = ends[s];
+    }
+    ends_ = std::move(ends);
+    if (fit()) Leaf();
+  }
+
   std::vector<int> ends_ = std::vector<int>(stages_, 0);
   // Per stage: how many of its first layers recompute (0: none).
   std::vector<int> recomputed_ = std::vector<int>(stages_, 0);
   double best_ = kInfinity;
   PartitionResult result_;
+  // The root's LayerPrices (empty: none), and what they price the stages placed so far at.
+  LayerPrices prices_;
+  double priced_ = 0;
 
  private:
   bool stopped_ = false;  // the deadline passed

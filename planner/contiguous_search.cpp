@@ -7,22 +7,33 @@
 
 namespace gpipe::partition_internal {
 
-double ContiguousSearch::RootBound() const {
+double ContiguousSearch::RootBound() const { return RootBound(RelaxedThreshold(), nullptr); }
+
+double ContiguousSearch::RootBound(const std::optional<Bracket>& threshold, LayerPrices* prices) const {
   // lo fails: every partition has a relaxed bound of at least lo. The chains of the schedule's
   // own order (planner/path_bound.h) see the fill, the drain and the all-reduces together.
-  const std::optional<Bracket> b = RelaxedThreshold();
-  if (!b) return kInfinity;
-  return p_.quick_bound || b->lo >= p_.cutoff_ms ? b->lo : std::max(b->lo, PathBound());
+  if (!threshold) return kInfinity;
+  return p_.quick_bound || threshold->lo >= p_.cutoff_ms ? threshold->lo : std::max(threshold->lo, PathBound(prices));
 }
 
 Expected<PartitionResult> ContiguousSearch::Run() {
   UseShape();
   best_ = p_.cutoff_ms;
-  // The root bound and the first incumbent come from the same threshold.
+  // The root bound and the first incumbent come from the same threshold. A caller's key stands
+  // for the path bound (a search of many configurations computes the full one for few); without
+  // one, the full bound, whose prices also prune.
   const std::optional<Bracket> threshold = RelaxedThreshold();
-  double root = threshold ? threshold->lo : kInfinity;
-  if (threshold) root = std::max(root, std::isnan(p_.root_bound_ms) ? PathBound() : p_.root_bound_ms);
-  if (threshold) SeedIncumbent(*threshold);
+  double root = kInfinity;
+  if (threshold) root = std::isnan(p_.root_bound_ms) ? RootBound(threshold, &prices_) : std::max(threshold->lo, p_.root_bound_ms);
+  if (threshold) {
+    // Seeds: the partition of the least relaxed bound, the most even one and the one the path
+    // bound's prices like best.
+    std::vector<int> relaxed(p_.ranks);
+    RemainderFits(0, 0, 0, 0, threshold->hi, &relaxed);
+    SeedWith(std::move(relaxed), [&] { return FitAll(); });
+    if (std::vector<int> even = EvenCut(); !even.empty()) SeedWith(std::move(even), [&] { return FitAll(); });
+    if (!prices_.empty()) SeedWith(prices_.LeastPartition(), [&] { return FitAll(); });
+  }
   Dfs(0, 0, 0.0, 0.0, 0.0);
   return Finish(root);
 }
@@ -134,22 +145,15 @@ bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, dou
   return true;
 }
 
-void ContiguousSearch::SeedIncumbent(const Bracket& threshold) {
-  std::vector<int> ends(p_.ranks);
-  RemainderFits(0, 0, 0, 0, threshold.hi, &ends);
-  int a = 0;
-  for (int q = 0; q < p_.ranks; ++q) {
-    // The relaxation may leave a rank empty: give every stage a layer at least.
-    ends[q] = std::clamp(ends[q], a + 1, layers_ - (p_.ranks - 1 - q));
+bool ContiguousSearch::FitAll() {
+  for (int q = 0, a = 0; q < p_.ranks; a = ends_[q++]) {
     LayerTable::StageBuilder builder(table_, a);
-    while (builder.end() < ends[q]) builder.Extend();
+    while (builder.end() < ends_[q]) builder.Extend();
     const std::optional<Fitted> c = Fit(q, builder);
-    if (!c) return;
-    ends_[q] = ends[q];
+    if (!c) return false;
     recomputed_[q] = c->layers;
-    a = ends[q];
   }
-  Leaf();
+  return true;
 }
 
 std::optional<Bracket> ContiguousSearch::RelaxedThreshold() const {
@@ -164,6 +168,7 @@ void ContiguousSearch::Dfs(int q, int a, double head, double tail, double bound)
   for (int e = a + 1; e <= max_end && !OutOfBudget(); ++e) {
     builder.Extend();
     if (last && e < max_end) continue;
+    if (!PricesAdmit(q, a, e)) continue;
     // The ranks after q share at least the work of layers [e, L): too much of it, and a
     // longer stage is needed (exact: RemainderFits would refuse it too, at more cost).
     if (!last && RemainderAverage(q + 1, e) >= Cutoff()) continue;
@@ -197,7 +202,10 @@ void ContiguousSearch::Dfs(int q, int a, double head, double tail, double bound)
     const double next_head = head + c->forward_ms + forward_link_[q].TransferMs(message);
     const double next_tail = tail + (split_ ? c->recompute_ms() + c->backward_input_ms : c->recompute_ms() + c->backward_ms) +
                              backward_link_[q].TransferMs(message);
+    const double priced = prices_.empty() ? 0.0 : prices_.StageCost(q, a, e);
+    priced_ += priced;
     if (RemainderFits(q + 1, e, next_head, next_tail, Cutoff(), nullptr)) Dfs(q + 1, e, next_head, next_tail, node_bound);
+    priced_ -= priced;
     max_forward_ = saved_max_forward;
     max_backward_ = saved_max_backward;
     recompute_ = saved_recompute;

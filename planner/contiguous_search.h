@@ -11,7 +11,9 @@
 //     relaxation (cheapest messages, no buffers) that is monotone in the stage boundaries;
 //     GPipe adds its flow-shop bound;
 //   - a node is pruned when its bound reaches the best step found; leaves are simulated.
-// The first incumbent is the partition that minimizes the relaxed bound.
+// The first incumbents: the partition that minimizes the relaxed bound (the greedy at the hi end
+// of RelaxedThreshold's bracket), the most even one, and the one the path bound's prices
+// (path_bound.h) like best, which also prune every subtree whose least price reaches the best.
 #pragma once
 
 #include <optional>
@@ -52,9 +54,10 @@ class ContiguousSearch : public BranchAndBound {
   // rank takes as many layers as it can (exact for this relaxation: a bound never rises when a
   // stage starts later or ends earlier). Fills `ends` with the greedy's boundaries.
   bool RemainderFits(int q, int a, double head, double tail, double cutoff, std::vector<int>* ends) const;
-  // A first incumbent: the partition that minimizes the relaxed bound (the greedy at the hi end
-  // of RelaxedThreshold's bracket), simulated.
-  void SeedIncumbent(const Bracket& threshold);
+  // RootBound from RelaxedThreshold's bracket (nullopt: none), with the path bound's prices.
+  double RootBound(const std::optional<Bracket>& threshold, LayerPrices* prices) const;
+  // Fits every stage of ends_ (recomputed_ as Fit chooses); false when one does not fit.
+  bool FitAll();
   // The smallest cutoff below which some partition's relaxed bounds all fall.
   std::optional<Bracket> RelaxedThreshold() const;
   // Places rank q's stage from layer a on, `head` and `tail` what the stages before it add

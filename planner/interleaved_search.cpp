@@ -13,7 +13,7 @@
 
 namespace gpipe::partition_internal {
 
-double InterleavedSearch::RootBound() const {
+double InterleavedSearch::RootBound(LayerPrices* prices) const {
   if (!MemoryCanFit()) return kInfinity;
   // The busiest rank runs its layers M times: at least the work spread evenly, and at least
   // what dealing whole layers, v or more to a rank, leaves on one (planner/rank_load_bound.h).
@@ -23,7 +23,7 @@ double InterleavedSearch::RootBound() const {
   const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, busiest);
   // The chains of the schedule's own order (planner/path_bound.h): they see the waits of every
   // round, which the spread work does not.
-  return std::max(spread, PathBound());
+  return std::max(spread, PathBound(prices));
 }
 
 bool InterleavedSearch::MemoryCanFit() const {
@@ -65,8 +65,17 @@ Expected<PartitionResult> InterleavedSearch::Run() {
   UseShape();
   best_ = p_.cutoff_ms;
   if (!MemoryCanFit()) return Finish(kInfinity);  // proven: nothing fits
-  const double root = std::isnan(p_.root_bound_ms) ? RootBound() : p_.root_bound_ms;
-  SeedIncumbent();
+  // A caller's key stands for the root bound (a search of many configurations computes the full
+  // one for few); without one, the full bound, whose prices also prune.
+  const double root = std::isnan(p_.root_bound_ms) ? RootBound(&prices_) : p_.root_bound_ms;
+  const auto fit = [&] {
+    for (int r = 0; r < p_.ranks; ++r) {
+      if (!CompleteRank(r, rank_stages_[r].back(), false, /*seed=*/true)) return false;
+    }
+    return true;
+  };
+  if (std::vector<int> even = EvenCut(); !even.empty()) SeedWith(std::move(even), fit);
+  if (!prices_.empty()) SeedWith(prices_.LeastPartition(), fit);
   Dfs(0, 0);
   return Finish(root);
 }
@@ -80,6 +89,7 @@ void InterleavedSearch::Dfs(int s, int a) {
   const double average = m * (total_forward_ + total_backward_) / p_.ranks;
   for (int e = a + 1; e <= max_end && !OutOfBudget(); ++e) {
     if (last && e < max_end) continue;
+    if (!PricesAdmit(s, a, e)) continue;
     ends_[s] = e;
     const double work = BoundForwardMs(a, e) + table_.BackwardMs(a, e);
     // Stages 0..K-1 are on ranks 0..K-1 in a loop and in a V alike. With split backwards the
@@ -118,11 +128,14 @@ void InterleavedSearch::Dfs(int s, int a) {
                                      : head_[r] + m * rank_work_[r] + tail_[r]);
     }
     if (bound < Cutoff()) {
+      const double priced = prices_.empty() ? 0.0 : prices_.StageCost(s, a, e);
+      priced_ += priced;
       if (s == rank_stages_[rank].back()) {
         CompleteRank(rank, s, last);
       } else {
         Dfs(s + 1, e);
       }
+      priced_ -= priced;
     }
     rank_work_[rank] -= work + forced;
     rank_input_work_[rank] -= input_work + forced;
@@ -181,29 +194,7 @@ LayerRanges InterleavedSearch::RankLayers(int rank, int s, int a, int e) const {
   return ranges;
 }
 
-void InterleavedSearch::SeedIncumbent() {
-  const auto split = [&](double cap, std::vector<int>* ends) {
-    int a = 0;
-    for (int t = 0; t < stages_; ++t) {
-      const int last_end = layers_ - (stages_ - 1 - t);
-      int e = a + 1;
-      while (e < last_end && table_.ForwardMs(a, e + 1) + table_.BackwardMs(a, e + 1) <= cap) ++e;
-      if (t == stages_ - 1) e = layers_;
-      if (table_.ForwardMs(a, e) + table_.BackwardMs(a, e) > cap) return false;
-      if (ends != nullptr) (*ends)[t] = e;
-      a = e;
-    }
-    return true;
-  };
-  const std::optional<Bracket> b = Threshold(total_forward_ + total_backward_, [&](double cap) { return split(cap, nullptr); });
-  std::vector<int> ends(stages_);
-  if (!b || !split(b->hi, &ends)) return;
-  ends_ = ends;
-  for (int r = 0; r < p_.ranks; ++r) CompleteRank(r, rank_stages_[r].back(), false, /*seed=*/true);
-  Leaf();
-}
-
-void InterleavedSearch::CompleteRank(int rank, int s, bool last, bool seed) {
+bool InterleavedSearch::CompleteRank(int rank, int s, bool last, bool seed) {
   std::vector<StageCost> costs(p_.chunks);
   std::vector<int> firsts(stages_, 0);
   for (int t = 1; t <= s; ++t) firsts[t] = ends_[t - 1];
@@ -229,18 +220,19 @@ void InterleavedSearch::CompleteRank(int rank, int s, bool last, bool seed) {
   }
   if (seed && !fitting.empty()) fitting.resize(1);
   for (int mask : fitting) {
-    if (OutOfBudget()) return;
+    if (OutOfBudget()) break;
     for (int c = 0; c < p_.chunks; ++c) {
       const int t = rank_stages_[rank][c];
       recomputed_[t] = ((mask >> c) & 1) != 0 ? ends_[t] - firsts[t] : 0;
     }
-    if (seed) return;
+    if (seed) break;
     if (last) {
       Leaf();
     } else {
       Dfs(s + 1, ends_[s]);
     }
   }
+  return !fitting.empty();
 }
 
 }  // namespace gpipe::partition_internal

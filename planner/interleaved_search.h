@@ -14,7 +14,9 @@
 //     recomputed activations at every moment of the schedule's memory walk, a rank whose placed
 //     chunks cannot fit under any remat set is abandoned, and the cheapest set that could fit
 //     adds its recompute to the rank's work.
-// The first incumbent is the cut into S stages of most even work.
+// The first incumbents: the cut into S stages of most even work, and the partition the path
+// bound's prices (path_bound.h) like best, which also prune every subtree whose least price
+// reaches the best step.
 #pragma once
 
 #include <vector>
@@ -29,8 +31,9 @@ class InterleavedSearch : public BranchAndBound {
   explicit InterleavedSearch(const PartitionProblem& problem) : BranchAndBound(problem) {}
 
   // The work spread evenly, and the busiest rank's whole layers (v or more) run M times; the
-  // chains of the schedule's order (path_bound.h); infinite where MemoryCanFit fails.
-  double RootBound() const;
+  // chains of the schedule's order (path_bound.h); infinite where MemoryCanFit fails. `prices`,
+  // where given: the path bound's LayerPrices.
+  double RootBound(LayerPrices* prices = nullptr) const;
 
   // REQUIRES: the problem's schedule generates.
   Expected<PartitionResult> Run();
@@ -43,11 +46,10 @@ class InterleavedSearch : public BranchAndBound {
   void Dfs(int s, int a);
   // The layers of `rank`'s chunks before stage s (as ends_ places them) and [a, e).
   LayerRanges RankLayers(int rank, int s, int a, int e) const;
-  // A first incumbent: the cut into S stages of most even work.
-  void SeedIncumbent();
   // Stage s completes `rank`'s chunks: choose its remat set (every set the policy allows that
   // fits and has no fitting subset), then go on. With `seed`, only the first such set, and stop.
-  void CompleteRank(int rank, int s, bool last, bool seed = false);
+  // False when no set fits.
+  bool CompleteRank(int rank, int s, bool last, bool seed = false);
   // Layers [a, e) as one chunk, kept or recomputed, priced for memory bounds only: its
   // activations, input and stash; the output, sends, workspaces, weight-pass captures and
   // generator state left at zero (each only adds).

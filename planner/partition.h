@@ -72,7 +72,8 @@ struct PartitionProblem {
   /// far, not proven optimal). Null: never.
   std::function<bool()> time_up;
   /// PartitionLowerBound of this problem when the caller has it already (a search's key), reused
-  /// as the root bound instead of computed again; NaN: none.
+  /// as the root bound instead of computed again; NaN: none (the search computes the full bound,
+  /// whose prices, planner/path_bound.h, also prune its branches and seed it).
   double root_bound_ms = std::numeric_limits<double>::quiet_NaN();
   /// PartitionLowerBound leaves out the chains of the schedule's own order with one stage per
   /// rank, and their game over the schedule's longest paths with several (planner/path_bound.h),

@@ -5,6 +5,7 @@
 
 #include "core/schedule/generators.h"
 #include "core/schedule/placement.h"
+#include "planner/bisection.h"
 #include "planner/path_bound.h"
 
 namespace gpipe::partition_internal {
@@ -57,7 +58,29 @@ PartitionContext::PartitionContext(const PartitionProblem& problem)
   total_input_gradient_ = total_backward_ - table_.WeightMs(0, layers_);
 }
 
-double PartitionContext::PathBound() const {
+std::vector<int> PartitionContext::EvenCut() const {
+  // Greedy under a cap (each stage as long as the cap allows): it passes from the least cap on.
+  const auto split = [&](double cap, std::vector<int>* ends) {
+    int a = 0;
+    for (int t = 0; t < stages_; ++t) {
+      const int last_end = layers_ - (stages_ - 1 - t);
+      int e = a + 1;
+      while (e < last_end && table_.ForwardMs(a, e + 1) + table_.BackwardMs(a, e + 1) <= cap) ++e;
+      if (t == stages_ - 1) e = layers_;
+      if (table_.ForwardMs(a, e) + table_.BackwardMs(a, e) > cap) return false;
+      if (ends != nullptr) (*ends)[t] = e;
+      a = e;
+    }
+    return true;
+  };
+  if (layers_ < stages_) return {};
+  const std::optional<Bracket> b = Threshold(total_forward_ + total_backward_, [&](double cap) { return split(cap, nullptr); });
+  std::vector<int> ends(stages_);
+  if (!b || !split(b->hi, &ends)) return {};
+  return ends;
+}
+
+double PartitionContext::PathBound(LayerPrices* prices) const {
   std::optional<Schedule> generated;
   if (evaluator_ == nullptr) {
     Expected<Schedule> schedule = GenerateSchedule(p_.schedule, p_.ranks, stages_, p_.microbatches);
@@ -98,6 +121,7 @@ double PartitionContext::PathBound() const {
   }
   if (std::isfinite(p_.cutoff_ms)) input.enough = p_.cutoff_ms;
   if (p_.quick_bound) input.game_iterations = 0;
+  input.prices = prices;
   return PathLowerBound(input);
 }
 

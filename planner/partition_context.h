@@ -13,6 +13,7 @@
 
 #include "core/calibration.h"
 #include "core/plan.h"
+#include "planner/path_bound.h"
 #include "planner/partition.h"
 #include "planner/shape_cache.h"
 #include "simulator/cost_model.h"
@@ -59,8 +60,11 @@ class PartitionContext {
   // The bound of planner/path_bound.h over the schedule's own order of actions (its game too
   // unless the problem asks for a quick bound), with the least message between neighbouring
   // stages and each rank's all-reduce after its last action. (With UseShape: the shape's
-  // schedule; else it generates one.)
-  double PathBound() const;
+  // schedule; else it generates one.) `prices`, where given: the best mix's LayerPrices.
+  double PathBound(LayerPrices* prices = nullptr) const;
+  // The cut of the layers into the stages whose most work (forward and backward) on one stage is
+  // the least; empty when there is none (fewer layers than stages).
+  std::vector<int> EvenCut() const;
   // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
   // REQUIRES: UseShape.
   double Peak(int rank, const StageCost* const* costs) const {

@@ -58,6 +58,21 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
   // Prefix message times: before[s] = the hops between stages 0 .. s.
   std::vector<double> before(stages + 1, 0.0);
   for (int s = 0; s + 1 < stages; ++s) before[s + 1] = before[s] + hop_ms[s];
+  // Whether micro-batch m's backward at stage s is split (an I, its W apart) or whole (a B). A
+  // chain's tail (or back_from run) counts one op at every stage: B only where every stage runs
+  // a whole B, else I, which a B also takes at least (dualpipe-v mixes the two in a micro-batch).
+  std::vector<std::vector<char>> split(stages, std::vector<char>(schedule.num_microbatches, 0));
+  for (const std::vector<Action>& actions : schedule.ranks) {
+    for (const Action& a : actions) {
+      if (a.op == Op::kBackwardInput) split[a.stage][a.microbatch] = 1;
+    }
+  }
+  // The op a run of stages [first, end) of micro-batch m counts, its last (or first) being `op`.
+  const auto run_op = [&](Op op, int m, int first, int end) {
+    bool whole = op == Op::kBackward;
+    for (int t = first; t < end && whole; ++t) whole = !split[t][m];
+    return whole ? kB : kI;
+  };
   std::vector<Chain> chains;
   for (int rank = 0; rank < schedule.num_ranks(); ++rank) {
     const std::vector<Action>& actions = schedule.ranks[rank];
@@ -129,7 +144,7 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
         if (from_backward) {
           chain.head = stages;
           chain.back_from = actions[i].stage;
-          chain.back_op = OpIndex(actions[i].op);
+          chain.back_op = run_op(actions[i].op, actions[i].microbatch, chain.back_from + 1, stages);
           // (every hop forward, and back from the last stage to this one)
           chain.hops = before[stages - 1] + (before[stages - 1] - before[chain.back_from]);
         } else {
@@ -157,7 +172,7 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
         const Action& last = actions[j];
         if (last.op == Op::kBackward || last.op == Op::kBackwardInput) {
           chain.tail = last.stage;
-          chain.tail_op = OpIndex(last.op);
+          chain.tail_op = run_op(last.op, last.microbatch, 0, last.stage);
           chain.hops += before[last.stage];
         }
         chains.push_back(std::move(chain));
@@ -204,7 +219,7 @@ Mix FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& star
   std::vector<OpTimes> prefix(stages + 1);
   for (int k = 0; k < input.iterations; ++k) {
     const double least = LeastOverPartitions(weights, times, &ends) + hops;
-    if (least > best.bound || k == 0) best = Mix{least, weights, hops};
+    if (least > best.bound || k == 0) best = Mix{least, weights, hops, {}};
     if ((input.enough > 0 && best.bound >= input.enough) || k + 1 == input.iterations) break;
     // The partition's stage times, and its longest chain.
     const std::vector<OpTimes> stage_times = StageTimesOf(ends, times);
@@ -248,6 +263,15 @@ std::vector<size_t> EarliestPerRank(const std::vector<Chain>& chains, int ranks,
 
 }  // namespace
 
+std::vector<int> LayerPrices::LeastPartition() const {
+  std::vector<int> ends(stages_, layers_);
+  for (int l = 0, s = 0; l + 1 < layers_ && s + 1 < stages_; ++l) {
+    // Layer l + 1 opens stage s + 1 where that is the cheaper way on.
+    if (rest_[Index(s + 1, l + 1)] < rest_[Index(s, l + 1)]) ends[s++] = l + 1;
+  }
+  return ends;
+}
+
 double PathLowerBound(const PathBoundInput& input) {
   const Schedule& schedule = *input.schedule;
   const int stages = schedule.num_stages();
@@ -267,21 +291,37 @@ double PathLowerBound(const PathBoundInput& input) {
     if (mix.bound > best.bound || best.c.empty()) best = std::move(mix);
     return input.enough > 0 && best.bound >= input.enough;
   };
-  if (enough(FrankWolfe(forward_chains, {}, times, stages, input))) return best.bound;
+  // The bound, and the best mix's prices where asked for.
+  const auto done = [&] {
+    if (input.prices != nullptr && !best.c.empty() &&
+        static_cast<size_t>(stages) * static_cast<size_t>(layers) <= kMaxLayerPrices) {
+      MemoryPrices memory;
+      double priced = 0;
+      if (!best.price.empty()) {
+        memory = MemoryPricesFor(schedule, input);
+        memory.price = best.price;
+        for (double u : best.price) priced += u * memory.Limit();
+      }
+      *input.prices = LayerPrices(stages, layers, best.hops - priced,
+                                  [&](int s, int l) { return PricedLayerCost(best.c, times, memory, l, s); });
+    }
+    return best.bound;
+  };
+  if (enough(FrankWolfe(forward_chains, {}, times, stages, input))) return done();
   // Each rank's whole order, from its first forward to its last action and its all-reduce: their
   // average is the work and the all-reduces spread over the ranks (plus the average fill), which
   // the average over all chains dilutes with chains that end before the all-reduce.
   const std::vector<size_t> wholes = EarliestPerRank(forward_chains, schedule.num_ranks(), [&](const Chain& chain) {
     return chain.to_last && chain.reduced == !input.allreduce.empty();
   });
-  if (!wholes.empty() && enough(FrankWolfe(forward_chains, wholes, times, stages, input))) return best.bound;
-  if (input.game_iterations < 1) return best.bound;  // (a quick bound: the runs above only)
+  if (!wholes.empty() && enough(FrankWolfe(forward_chains, wholes, times, stages, input))) return done();
+  if (input.game_iterations < 1) return done();  // (a quick bound: the runs above only)
   const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
   const std::vector<size_t> drains = EarliestPerRank(chains, schedule.num_ranks(), [](const Chain& chain) {
     return chain.back_from >= 0 && chain.to_last && !chain.reduced;
   });
-  if (chains.size() > forward_chains.size() && enough(FrankWolfe(chains, {}, times, stages, input))) return best.bound;
-  if (!drains.empty() && enough(FrankWolfe(chains, drains, times, stages, input))) return best.bound;
+  if (chains.size() > forward_chains.size() && enough(FrankWolfe(chains, {}, times, stages, input))) return done();
+  if (!drains.empty() && enough(FrankWolfe(chains, drains, times, stages, input))) return done();
   const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(schedule, input.hop_ms, input.max_graph_nodes);
   if (graph) {
     std::vector<Row> rows = {RowOf(forward_chains, {}, stages), RowOf(chains, {}, stages)};
@@ -289,7 +329,7 @@ double PathLowerBound(const PathBoundInput& input) {
     if (!drains.empty()) rows.push_back(RowOf(chains, drains, stages));
     enough(GameBound(std::move(rows), *graph, times, stages, input, MemoryPricesFor(schedule, input)));
   }
-  return best.bound;
+  return done();
 }
 
 }  // namespace gpipe

@@ -35,6 +35,8 @@
 // buffers and workspace, which only add).
 #pragma once
 
+#include <cstddef>
+#include <limits>
 #include <vector>
 
 #include "core/schedule/schedule.h"
@@ -46,6 +48,38 @@ namespace gpipe {
 struct AllReduceLine {
   double fixed_ms = 0;
   double ms_per_byte = 0;
+};
+
+/// The bound's best mix of chains (and memory prices), layer by layer: every plan that fits and
+/// puts layer l in stage s has a step of at least constant + the sum of cost(s, l) over its
+/// layers. Its least over the partitions is the bound it came from; a search prunes each subtree
+/// by its least over the partitions there (Least), which rises as stages are placed.
+class LayerPrices {
+ public:
+  LayerPrices() = default;
+  /// `cost(s, l)` for every stage and layer; `constant` the mix's messages less the memory priced.
+  template <typename Cost>
+  LayerPrices(int stages, int layers, double constant, const Cost& cost);
+
+  bool empty() const { return stages_ == 0; }
+  double constant() const { return constant_; }
+  /// Layers [a, e) in stage s.
+  double StageCost(int s, int a, int e) const { return prefix_[Index(s, e)] - prefix_[Index(s, a)]; }
+  /// The least over the ways to place layers [a, L) in stages s, s + 1, ... (none empty), stage s
+  /// starting at layer a; 0 for s = stages at a = layers, infinity where they cannot.
+  double Rest(int s, int a) const {
+    if (s == stages_) return a == layers_ ? 0.0 : std::numeric_limits<double>::infinity();
+    return rest_[Index(s, a)];
+  }
+  /// The stage ends of a partition whose cost is the least, Rest(0, 0).
+  std::vector<int> LeastPartition() const;
+
+ private:
+  size_t Index(int s, int l) const { return static_cast<size_t>(s) * (layers_ + 1) + l; }
+  int stages_ = 0, layers_ = 0;
+  double constant_ = 0;
+  std::vector<double> prefix_;  // [s][l]: the cost of layers [0, l) in stage s
+  std::vector<double> rest_;    // [s][a]: Rest(s, a)
 };
 
 struct PathBoundInput {
@@ -73,7 +107,38 @@ struct PathBoundInput {
   bool may_recompute = true;
   /// Stop once the bound reaches this (the caller only needs to know that it does).
   double enough = 0;
+  /// Where given (and the stages times the layers are at most kMaxLayerPrices): the best mix's
+  /// LayerPrices (left empty otherwise).
+  LayerPrices* prices = nullptr;
 };
+
+/// The most stages x layers LayerPrices are kept for (two tables of that many doubles).
+inline constexpr size_t kMaxLayerPrices = size_t{1} << 20;
+
+template <typename Cost>
+LayerPrices::LayerPrices(int stages, int layers, double constant, const Cost& cost)
+    : stages_(stages), layers_(layers), constant_(constant),
+      prefix_(static_cast<size_t>(stages) * (layers + 1), 0.0),
+      rest_(static_cast<size_t>(stages) * (layers + 1), std::numeric_limits<double>::infinity()) {
+  for (int s = 0; s < stages; ++s) {
+    for (int l = 0; l < layers; ++l) prefix_[Index(s, l + 1)] = prefix_[Index(s, l)] + cost(s, l);
+  }
+  // in[s][l]: layers [l, L) placed, layer l in stage s (the stages after s not empty); Rest(s, a)
+  // is in[s][a]. From the last layer back: layer l stays in s with l + 1, or s ends at l.
+  std::vector<double> next(stages, std::numeric_limits<double>::infinity());  // in[.][l + 1]
+  next[stages - 1] = 0.0;  // (past the last layer: only the last stage may end there)
+  for (int l = layers - 1; l >= 0; --l) {
+    std::vector<double> here(stages, std::numeric_limits<double>::infinity());
+    for (int s = 0; s < stages; ++s) {
+      const double stay = l + 1 < layers ? next[s] : (s == stages - 1 ? 0.0 : std::numeric_limits<double>::infinity());
+      const double move = l + 1 < layers && s + 1 < stages ? next[s + 1] : std::numeric_limits<double>::infinity();
+      const double after = std::min(stay, move);
+      if (after < std::numeric_limits<double>::infinity()) here[s] = cost(s, l) + after;
+      rest_[Index(s, l)] = here[s];
+    }
+    next = std::move(here);
+  }
+}
 
 /// The bound (0 when the schedule has no compute action).
 double PathLowerBound(const PathBoundInput& input);

@@ -41,15 +41,7 @@ double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes
     return least;
   }
   const auto recompute = [&](int s) { return c[s][kB] + c[s][kI]; };
-  const auto layer_cost = [&](int l, int s) {
-    double x = 0;
-    for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
-    const double u = memory.price[(*memory.stage_rank)[s]];
-    x += u * memory.input->static_bytes[l];
-    x += memory.Keeps(l, s, recompute(s), times[l][kF]) ? u * memory.held[s] * memory.input->activation_bytes[l]
-                                                          : recompute(s) * times[l][kF];
-    return x;
-  };
+  const auto layer_cost = [&](int l, int s) { return PricedLayerCost(c, times, memory, l, s); };
   double priced = 0;
   for (double u : memory.price) priced += u * memory.Limit();
   const double least = LeastOverPartitionsOf(stages, layers, layer_cost, ends) + hops - priced;
@@ -64,6 +56,19 @@ double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes
 }
 
 }  // namespace
+
+double PricedLayerCost(const Coefficients& c, const std::vector<OpTimes>& times, const MemoryPrices& memory, int l,
+                       int s) {
+  double x = 0;
+  for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
+  if (!memory.on()) return x;
+  const double u = memory.price[(*memory.stage_rank)[s]];
+  const double recompute = c[s][kB] + c[s][kI];
+  x += u * memory.input->static_bytes[l];
+  x += memory.Keeps(l, s, recompute, times[l][kF]) ? u * memory.held[s] * memory.input->activation_bytes[l]
+                                                     : recompute * times[l][kF];
+  return x;
+}
 
 std::vector<double> HeldAtPeak(const Schedule& schedule) {
   std::vector<double> held(schedule.num_stages(), 0.0);
@@ -217,7 +222,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
     }
     Column answer;
     const double least = LeastPriced(weighted.c, weighted.hops, times, memory, &ends, &answer.times, &answer.holds);
-    if (least > best.bound || k == 0) best = Mix{least, weighted.c, weighted.hops};
+    if (least > best.bound || k == 0) best = Mix{least, weighted.c, weighted.hops, memory.price};
     if (input.enough > 0 && best.bound >= input.enough) break;
     // The partitions' mix, and its longest path.
     std::vector<OpTimes> mixed(stages, {0.0, 0.0, 0.0, 0.0, 0.0});

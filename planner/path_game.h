@@ -41,6 +41,13 @@ struct MemoryPrices {
   }
 };
 
+/// Layer l in stage s at the mix's coefficients `c` and the memory's prices (its ops' times; its
+/// model state and, kept, its activations at the prices, or recomputed, its forward on each
+/// backward: the cheaper). Summed over a partition's layers, less the prices times the limit,
+/// plus the mix's messages, a lower bound on the step of that partition in any plan that fits.
+double PricedLayerCost(const Coefficients& c, const std::vector<OpTimes>& times, const MemoryPrices& memory, int l,
+                       int s);
+
 /// Memory prices for `schedule` from `input`, all 0 at first (off where it gives no memory, or
 /// past 64 ranks: a constraint row per rank).
 MemoryPrices MemoryPricesFor(const Schedule& schedule, const PathBoundInput& input);

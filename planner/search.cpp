@@ -302,6 +302,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     int level;
     size_t index;
     int how = 0;  // index into `hows`: how the bound was found
+    bool stopped = false;  // its search stopped (level 1): what raises it is a search again
     bool operator>(const Entry& other) const {
       return bound != other.bound ? bound > other.bound : index > other.index;
     }
@@ -320,10 +321,10 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // Every configuration's share of the lower bound: what its search proved, or, while it waits in
   // the queue, its key. `done` holds those no longer queued, least first.
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> done;
-  const auto lower = [&](double bound, size_t index, const std::string& how, bool final) {
+  const auto lower = [&](double bound, size_t index, const std::string& how, bool final, bool stopped = false) {
     if (bound >= kInfinity) return;
     hows.push_back(how);
-    done.push({bound, final ? 2 : 1, index, static_cast<int>(hows.size()) - 1});
+    done.push({bound, final ? 2 : 1, index, static_cast<int>(hows.size()) - 1, stopped && !final});
   };
   // The searches stop at a share of the time limit; what is left raises the least bounds.
   // (While no search has found a plan, the searches have the whole time: a plan matters more than
@@ -467,7 +468,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
           result->proven_optimal                 ? " (searched to the end)"
           : entry.bound > result->lower_bound_ms ? " (its lower bound: its search stopped)"
                                                  : " (its root bound: its search stopped)",
-          result->proven_optimal);
+          result->proven_optimal, /*stopped=*/true);
     out.nodes += result->nodes;
     out.proven_optimal = out.proven_optimal && result->proven_optimal;
     if (!result->proven_optimal) {
@@ -482,7 +483,8 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // kAlternatives has keys of at least best. In the time left, the least bound is raised while it
   // can be: a configuration's quick bound, then its full one (with its game over the schedule's
   // longest paths, planner/path_bound.h), until the least is final, reaches the best plan or the
-  // target gap, or time runs out.
+  // target gap, or time runs out. A configuration whose search stopped is searched again from its
+  // full bound, whose prices prune its branches: that may prove it, or find a faster plan.
   const auto least = [&]() -> const Entry* {
     if (done.empty()) return queue.empty() ? nullptr : &queue.top();
     return queue.empty() || done.top().bound <= queue.top().bound ? &done.top() : &queue.top();
@@ -494,12 +496,34 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     (top == &done.top() ? done : queue).pop();
     PartitionProblem& problem = problems[entry.index];
     problem.cutoff_ms = best;  // (past the best, a bound no longer holds the gap)
+    ++out.bounds_raised;
+    if (entry.stopped) {
+      problem.root_bound_ms = std::numeric_limits<double>::quiet_NaN();
+      problem.time_up = time_up;
+      problem.max_nodes = std::max<int64_t>(1, request.max_nodes / 100);
+      Expected<PartitionResult> result = FindBestPartition(problem);
+      entry.level = 2;  // (searched again once at most)
+      if (result.ok()) {
+        entry.bound = std::max(entry.bound, result->lower_bound_ms);
+        if (result->proven_optimal) {
+          hows.push_back(" (searched to the end)");
+          entry.how = static_cast<int>(hows.size()) - 1;
+          const std::string name = ConfigurationName(problem);
+          out.unproven.erase(std::remove_if(out.unproven.begin(), out.unproven.end(),
+                                            [&](const std::string& u) { return u == name || u == name + " (time limit)"; }),
+                             out.unproven.end());
+          out.proven_optimal = out.unproven.empty() && !out.stopped_by_time && !out.stopped_by_gap;
+        }
+        GPIPE_RETURN_IF_ERROR(keep(*result));
+      }
+      done.push(entry);
+      continue;
+    }
     problem.quick_bound = entry.level == 0;
     entry.bound = std::max(entry.bound, PartitionLowerBound(problem));
     problem.quick_bound = false;
     ++entry.level;
     done.push(entry);
-    ++out.bounds_raised;
   }
   const Entry* top = least();
   out.lower_bound_ms = std::min(best, top != nullptr ? top->bound : kInfinity);
