@@ -122,6 +122,7 @@ double PartitionContext::PathBound(LayerPrices* prices) const {
   if (std::isfinite(p_.cutoff_ms)) input.enough = p_.cutoff_ms;
   if (p_.quick_bound) input.game_iterations = 0;
   input.prices = prices;
+  input.time_up = p_.time_up;
   return PathLowerBound(input);
 }
 

@@ -36,6 +36,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -107,6 +108,9 @@ struct PathBoundInput {
   bool may_recompute = true;
   /// Stop once the bound reaches this (the caller only needs to know that it does).
   double enough = 0;
+  /// Polled at every round of the game: once true, the bound so far (a bound still) is returned.
+  /// Null: never.
+  std::function<bool()> time_up;
   /// Where given (and the stages times the layers are at most kMaxLayerPrices): the best mix's
   /// LayerPrices (left empty otherwise).
   LayerPrices* prices = nullptr;

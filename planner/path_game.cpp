@@ -164,7 +164,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
   };
   for (const Column& column : columns) game.AddColumn(entries(column));
   Mix best;
-  for (int k = 0; k < input.game_iterations; ++k) {
+  for (int k = 0; k < input.game_iterations && !(k > 0 && input.time_up && input.time_up()); ++k) {
     MatrixGameSolution solution = game.Solve();
     if (!solution.bounded) break;  // no partition met keeps memory (the bound stands without it)
     // The chains and partitions outside both mixes are dropped once there are many (the

@@ -496,10 +496,10 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     (top == &done.top() ? done : queue).pop();
     PartitionProblem& problem = problems[entry.index];
     problem.cutoff_ms = best;  // (past the best, a bound no longer holds the gap)
+    problem.time_up = time_up;  // (the searches' share is spent: the whole limit now)
     ++out.bounds_raised;
     if (entry.stopped) {
       problem.root_bound_ms = std::numeric_limits<double>::quiet_NaN();
-      problem.time_up = time_up;
       problem.max_nodes = std::max<int64_t>(1, request.max_nodes / 100);
       Expected<PartitionResult> result = FindBestPartition(problem);
       entry.level = 2;  // (searched again once at most)
