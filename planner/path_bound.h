@@ -128,9 +128,8 @@ LayerPrices::LayerPrices(int stages, int layers, double constant, const Cost& co
     for (int l = 0; l < layers; ++l) prefix_[Index(s, l + 1)] = prefix_[Index(s, l)] + cost(s, l);
   }
   // in[s][l]: layers [l, L) placed, layer l in stage s (the stages after s not empty); Rest(s, a)
-  // is in[s][a]. From the last layer back: layer l stays in s with l + 1, or s ends at l.
-  std::vector<double> next(stages, std::numeric_limits<double>::infinity());  // in[.][l + 1]
-  next[stages - 1] = 0.0;  // (past the last layer: only the last stage may end there)
+  // is in[s][a]. From the last layer back: layer l + 1 stays in stage s, or opens stage s + 1.
+  std::vector<double> next(stages);  // in[.][l + 1] (unread at l = L - 1: the last layer ends a stage)
   for (int l = layers - 1; l >= 0; --l) {
     std::vector<double> here(stages, std::numeric_limits<double>::infinity());
     for (int s = 0; s < stages; ++s) {
