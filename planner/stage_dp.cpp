@@ -18,30 +18,43 @@ LeastMemoryResult StageDp::Run() {
   need[ranks][layers_] = 0;
   for (int q = ranks - 1; q >= 0; --q) {
     const int max_end = layers_ - (ranks - 1 - q);
+    // Rank q's stage [a, e): improves need[q][a] when it can.
+    const auto offer = [&](int a, int e, const LayerTable::StageBuilder& builder) {
+      const double rest = need[q + 1][e];
+      if (rest >= need[q][a]) return;
+      const int length = e - a;
+      for (int layers = 0; layers <= length; ++layers) {
+        if (!RecomputeAllowed(p_.remat, layers, length)) continue;
+        const StageCost c = builder.CostRecomputing(layers);
+        // The rank holds its model state and, at its fullest, every micro-batch in flight's
+        // stash: when that alone cannot improve on the best, its memory frontier need not be read.
+        if (std::max(rest, c.static_bytes + in_flight_[q] * c.stash_bytes()) >= need[q][a]) continue;
+        const StageCost* const only = &c;
+        const double peak = std::max(rest, c.static_bytes + Peak(q, &only));
+        if (peak < need[q][a]) {
+          need[q][a] = peak;
+          end[q][a] = e;
+          recomputed[q][a] = layers;
+        }
+      }
+    };
     for (int a = q; a < max_end; ++a) {
+      // First the stage as long as the one that was best from a - 1 (the best end moves little
+      // from one first layer to the next): the best it sets makes the bounds below prune most
+      // of the others before their memory frontier is read.
+      const int guess = a > q && end[q][a - 1] > a ? end[q][a - 1] : 0;
+      if (guess > 0 && (q < ranks - 1 || guess == layers_)) {
+        LayerTable::StageBuilder builder(table_, a);
+        while (builder.end() < guess) builder.Extend();
+        offer(a, guess, builder);
+      }
       LayerTable::StageBuilder builder(table_, a);
       for (int e = a + 1; e <= max_end; ++e) {
         builder.Extend();
-        if (q == ranks - 1 && e < layers_) continue;
+        if (e == guess || (q == ranks - 1 && e < layers_)) continue;
         // Parameters only grow with the stage: once they alone reach the best, stop.
         if (table_.StaticBytes(a, e) * (1 - 1e-12) >= need[q][a]) break;
-        const double rest = need[q + 1][e];
-        if (rest >= need[q][a]) continue;
-        const int length = e - a;
-        for (int layers = 0; layers <= length; ++layers) {
-          if (!RecomputeAllowed(p_.remat, layers, length)) continue;
-          const StageCost c = builder.CostRecomputing(layers);
-          // The rank holds its model state and, at its fullest, every micro-batch in flight's
-          // stash: when that alone cannot improve on the best, its memory frontier need not be read.
-          if (std::max(rest, c.static_bytes + in_flight_[q] * c.stash_bytes()) >= need[q][a]) continue;
-          const StageCost* const only = &c;
-          const double peak = std::max(rest, c.static_bytes + Peak(q, &only));
-          if (peak < need[q][a]) {
-            need[q][a] = peak;
-            end[q][a] = e;
-            recomputed[q][a] = layers;
-          }
-        }
+        offer(a, e, builder);
       }
     }
   }
