@@ -28,11 +28,12 @@ Expected<PartitionResult> ContiguousSearch::Run() {
   if (threshold) {
     // Seeds: the partition of the least relaxed bound, the most even one and the one the path
     // bound's prices like best.
+    const auto fit = [this] { return FitAll(); };
     std::vector<int> relaxed(p_.ranks);
     RemainderFits(0, 0, 0, 0, threshold->hi, &relaxed);
-    SeedWith(std::move(relaxed), [&] { return FitAll(); });
-    if (std::vector<int> even = EvenCut(); !even.empty()) SeedWith(std::move(even), [&] { return FitAll(); });
-    if (!prices_.empty()) SeedWith(prices_.LeastPartition(), [&] { return FitAll(); });
+    SeedWith(std::move(relaxed), fit);
+    if (std::vector<int> even = EvenCut(); !even.empty()) SeedWith(std::move(even), fit);
+    if (!prices_.empty()) SeedWith(prices_.LeastPartition(), fit);
   }
   Dfs(0, 0, 0.0, 0.0, 0.0);
   return Finish(root);

@@ -291,14 +291,16 @@ double PathLowerBound(const PathBoundInput& input) {
     if (mix.bound > best.bound || best.c.empty()) best = std::move(mix);
     return input.enough > 0 && best.bound >= input.enough;
   };
-  // The bound, and the best mix's prices where asked for.
+  // Memory as the game prices it (set where the game runs), and the bound with the best mix's
+  // prices where asked for.
+  MemoryPrices memory_model;
   const auto done = [&] {
     if (input.prices != nullptr && !best.c.empty() &&
         static_cast<size_t>(stages) * static_cast<size_t>(layers) <= kMaxLayerPrices) {
       MemoryPrices memory;
       double priced = 0;
-      if (!best.price.empty()) {
-        memory = MemoryPricesFor(schedule, input);
+      if (!best.price.empty()) {  // (a mix of the game's)
+        memory = memory_model;
         memory.price = best.price;
         for (double u : best.price) priced += u * memory.Limit();
       }
@@ -327,7 +329,8 @@ double PathLowerBound(const PathBoundInput& input) {
     std::vector<Row> rows = {RowOf(forward_chains, {}, stages), RowOf(chains, {}, stages)};
     if (!wholes.empty()) rows.push_back(RowOf(forward_chains, wholes, stages));
     if (!drains.empty()) rows.push_back(RowOf(chains, drains, stages));
-    enough(GameBound(std::move(rows), *graph, times, stages, input, MemoryPricesFor(schedule, input)));
+    memory_model = MemoryPricesFor(schedule, input);
+    enough(GameBound(std::move(rows), *graph, times, stages, input, memory_model));
   }
   return done();
 }
