@@ -62,8 +62,8 @@ class PlanCommand : public Command {
     app.add_option("--time-limit", options_.time_limit_s,
                    "Stop after this many seconds with the best plan and its gap so far (default " +
                        std::to_string(static_cast<int>(api::kDefaultTimeLimitS)) +
-                       "; 0: no limit, search every configuration to the end). When nothing fits, the report of "
-                       "what would gets as long again");
+                       "; 0: no limit, search every configuration to the end). The whole command keeps to it: when "
+                       "no plan is found by half of it, the other half goes to the report of what would fit");
     app.add_option("--gap", options_.gap,
                    "Stop once the best plan is within this fraction of the lower bound, e.g. 0.01 for 1% "
                    "(0: search to the end)");
@@ -101,6 +101,7 @@ class PlanCommand : public Command {
       };
     }
     const auto started = std::chrono::steady_clock::now();
+    request->started_at_s = ClockOf(*request)();  // one limit for the search and the report of what would fit
     Expected<SearchResult> result = SearchPlans(*request);
     if (!result.ok()) {
       // The search's complaints about the request name K, D, M and the batch; name the flags too.

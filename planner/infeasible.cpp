@@ -50,9 +50,14 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   report.remat_allowed = request.remat != RematPolicy::kOff;
   report.max_tensor_parallel = request.tensor_parallel.value_or(request.profile.TensorParallelSizes().back());
   report.pinned = request.ranks || request.replicas || request.microbatches || request.schedule || request.chunks;
+  const std::function<double()> clock = ClockOf(request);
+  const double least_started = clock();
   if (Expected<LeastMemory> least = LeastMemoryOn(request, request.cluster.devices); least.ok()) {
     report.least = std::move(*least);
   }
+  // What one least-memory program on these devices took: the report starts none it would not end
+  // by the deadline at that pace (the scan's programs on more devices take longer still).
+  double program_s = clock() - least_started;
   SearchRequest free = request;
   free.ranks.reset();
   free.replicas.reset();
@@ -60,22 +65,29 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   free.schedule.reset();
   free.chunks.reset();
   free.progress = nullptr;
-  // The scan for the fewest devices gets the request's time limit of its own, from here.
-  const std::function<bool()> time_up = DeadlineOf(request);
-  report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()), time_up,
-                                &report.fewest_stopped, report.least ? report.least->peak_bytes : 0.0);
+  // The report runs to the request's deadline: the time limit from `started_at_s` where the caller
+  // set it (the search's and the report's one limit), else from here. The changes first (a few
+  // least-memory programs on these devices), then the scan for the fewest devices gets what is left.
+  const std::function<bool()> time_up = DeadlineOf(request, 1.0, &program_s);
 
   // Changes on these devices, each kept only when a plan then fits; remat and the optimizer are
   // checked with the pins kept, so each change is one the user can make alone.
+  const auto fits = [&](const SearchRequest& changed, double* bytes) {
+    if (time_up()) {
+      report.changes_stopped = true;
+      return false;
+    }
+    return Fits(changed, request.cluster.devices, bytes);
+  };
   double bytes = 0;
-  if (report.pinned && Fits(free, request.cluster.devices, &bytes)) {
+  if (report.pinned && fits(free, &bytes)) {
     report.changes.push_back({"fewer pins (leave --stages, --replicas, --microbatches, --schedule, --chunks to the search)",
                               "", bytes});
   }
   if (request.remat == RematPolicy::kOff) {
     SearchRequest remat = request;
     remat.remat = RematPolicy::kAuto;
-    if (Fits(remat, request.cluster.devices, &bytes)) {
+    if (fits(remat, &bytes)) {
       report.changes.push_back({"--remat auto", "recomputes the forward of the stages that need it: a longer step", bytes});
     }
   }
@@ -85,15 +97,32 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
     const std::string& dtype = request.profile.dtype;
     if (StaticBytesPerParamByte(o, dtype) < StaticBytesPerParamByte(request.optimizer, dtype)) lighter.push_back(o);
   }
+  // Less state per parameter holds less on every rank of every partition: when the lightest does
+  // not fit, none does (one least-memory program instead of one per optimizer).
+  double lightest_bytes = -1;  // (checked: fits, with this least memory)
+  if (lighter.size() > 1) {
+    SearchRequest lightest = request;
+    lightest.optimizer = lighter.back();
+    if (fits(lightest, &bytes)) {
+      lightest_bytes = bytes;
+    } else {
+      lighter.clear();
+    }
+  }
   for (Optimizer o : lighter) {
     SearchRequest other = request;
     other.optimizer = o;
-    if (Fits(other, request.cluster.devices, &bytes)) {
+    const bool known = o == lighter.back() && lightest_bytes >= 0;
+    if (known) bytes = lightest_bytes;
+    if (known || fits(other, &bytes)) {
       report.changes.push_back({std::string("--optimizer ") + OptimizerName(o),
                                 "less optimizer state per parameter; it changes how the model trains", bytes});
       break;
     }
   }
+
+  report.fewest = FewestDevices(free, std::max(request.cluster.devices, request.profile.num_layers()), time_up,
+                                &report.fewest_stopped, report.least ? report.least->peak_bytes : 0.0, &program_s);
   return report;
 }
 
@@ -139,6 +168,9 @@ std::string FormatInfeasible(const InfeasibleReport& report) {
       out += "  " + change.flags + ": least memory " + FormatBytes(change.least_bytes) +
              (change.note.empty() ? "" : " (" + change.note + ")") + "\n";
     }
+  } else if (report.changes_stopped) {
+    out += "Other changes on these " + std::to_string(report.devices) + " devices (fewer pins, remat, an optimizer "
+           "with less state): not all checked before the time limit (--time-limit).\n";
   } else {
     out += "Nothing else makes a plan fit on these " + std::to_string(report.devices) + " devices: the least-memory " +
            "plan already has one stage per device, micro-batches of one sample, 1F1B" +
@@ -177,6 +209,7 @@ nlohmann::json InfeasibleJson(const InfeasibleReport& report) {
     changes.push_back({{"flags", change.flags}, {"note", change.note}, {"least_memory_bytes", change.least_bytes}});
   }
   json["changes"] = changes;
+  json["changes_stopped_by_time"] = report.changes_stopped;
   return json;
 }
 

@@ -50,6 +50,8 @@ struct InfeasibleReport {
   /// (t = 1), so with t > 1 a plan may fit on fewer devices than `fewest` says.
   int max_tensor_parallel = 1;
   std::vector<FittingChange> changes;
+  /// The time limit came before every change was checked (`changes` has those found before it).
+  bool changes_stopped = false;
 };
 
 /// Searches what would make a plan fit. REQUIRES: SearchPlans(request) found no plan.
@@ -62,7 +64,7 @@ std::string FormatInfeasible(const InfeasibleReport& report);
 /// The same as JSON: {"fits": false, "memory_limit_bytes", "devices", "global_batch",
 /// "least_memory_bytes", "least_memory_plan": {...}, "fewest_devices" (null when none),
 /// "fewest_devices_plan": {..., "peak_memory_bytes", "step_time_ms"},
-/// "changes": [{"flags", "note", "least_memory_bytes"}]}.
+/// "changes": [{"flags", "note", "least_memory_bytes"}], "changes_stopped_by_time"}.
 nlohmann::json InfeasibleJson(const InfeasibleReport& report);
 
 }  // namespace gpipe

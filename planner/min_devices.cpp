@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <utility>
 
 #include "core/profile_sizes.h"
@@ -75,17 +76,26 @@ Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices) {
 
 std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices,
                                                  const std::function<bool()>& time_up, bool* stopped,
-                                                 double least_here_bytes) {
+                                                 double least_here_bytes, double* reserve_s) {
   const double limit = static_cast<double>(request.cluster.device_memory_bytes);
   const int replicas = request.replicas.value_or(1);
   if (stopped != nullptr) *stopped = false;
-  const auto out_of_time = [&] {
+  // Before a program on `devices`: the deadline's reserve is what the last program took, in
+  // proportion to the devices (its ranks), so that none starts that would end past the deadline.
+  const std::function<double()> clock = ClockOf(request);
+  double last_s = 0;
+  int last_devices = 0;
+  const auto out_of_time = [&](int devices) {
+    if (reserve_s != nullptr && last_devices > 0) *reserve_s = std::max(*reserve_s, last_s * devices / last_devices);
     const bool up = time_up && time_up();
     if (up && stopped != nullptr) *stopped = true;
     return up;
   };
   const auto fits = [&](int devices) {
+    const double started = clock();
     Expected<LeastMemory> least = Least(request, devices, false);
+    last_s = clock() - started;
+    last_devices = devices;
     return least.ok() && least->peak_bytes <= limit;
   };
   // Counts are whole numbers of replicas; `short_of` does not fit (the cluster's own count, or one
@@ -101,7 +111,7 @@ std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, i
   }
   for (int step = first_step; found == 0; step *= 2) {
     const int devices = std::min(round_up(short_of + step), max_devices / replicas * replicas);
-    if (devices <= short_of || out_of_time()) return std::nullopt;
+    if (devices <= short_of || out_of_time(devices)) return std::nullopt;
     if (fits(devices)) {
       found = devices;
     } else {
@@ -109,8 +119,8 @@ std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, i
     }
   }
   while (found - short_of > replicas) {
-    if (out_of_time()) return std::nullopt;
     const int middle = round_up(short_of + (found - short_of) / 2);
+    if (out_of_time(middle)) return std::nullopt;
     if (middle >= found) break;
     (fits(middle) ? found : short_of) = middle;
   }
@@ -118,6 +128,8 @@ std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, i
     SearchRequest on = request;
     on.cluster = ResizedCluster(request.cluster, devices);
     on.progress = nullptr;
+    // Each search's own limit from its start, bounded by the scan's deadline.
+    on.started_at_s = std::numeric_limits<double>::quiet_NaN();
     if (time_up) on.stop = time_up;
     return SearchPlans(on);
   };

@@ -54,10 +54,14 @@ struct FewestDevicesResult {
 /// count the bisection skipped may fit too); then the full search (SearchPlans, every schedule) on
 /// N - 1, N - 2, ... while it finds a plan. So N fits and N - 1 does not.
 /// `time_up` (null: never) is polled between counts; once true the scan stops, returns nullopt and
-/// sets `*stopped` (when given), and the searches get what time is left of `request.time_limit_s`.
+/// sets `*stopped` (when given); the searches stop with it too (else at `request.time_limit_s`
+/// from each one's own start). `reserve_s`, when given, is the reserve of `time_up`'s deadline
+/// (DeadlineOf): before each count the scan raises it to what its last program took, in proportion
+/// to the devices, so that it starts no program that would end well past the deadline.
 std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices,
                                                  const std::function<bool()>& time_up = nullptr,
-                                                 bool* stopped = nullptr, double least_here_bytes = 0);
+                                                 bool* stopped = nullptr, double least_here_bytes = 0,
+                                                 double* reserve_s = nullptr);
 
 /// The cluster of `request` with `devices` devices: a node layout that no longer divides becomes
 /// one node, and links to devices that are gone are dropped (as `plan --devices` does).

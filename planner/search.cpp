@@ -243,7 +243,8 @@ std::function<double()> ClockOf(const SearchRequest& request) {
 
 std::function<bool()> DeadlineOf(const SearchRequest& request, double share, const double* reserve_s) {
   std::function<double()> clock = ClockOf(request);
-  const double stop_at = clock() + share * request.time_limit_s;  // infinity without a limit
+  const double origin = std::isnan(request.started_at_s) ? clock() : request.started_at_s;
+  const double stop_at = origin + share * request.time_limit_s;  // infinity without a limit
   return [clock = std::move(clock), stop_at, stop = request.stop, reserve_s] {
     return (std::isfinite(stop_at) && clock() >= stop_at - (reserve_s != nullptr ? *reserve_s : 0.0)) ||
            (stop && stop());
@@ -327,17 +328,23 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     done.push({bound, final ? 2 : 1, index, static_cast<int>(hows.size()) - 1, stopped && !final});
   };
   // The searches stop at a share of the time limit; what is left raises the least bounds.
-  // (While no search has found a plan, the searches have the whole time: a plan matters more than
-  // a bound, and the least-memory plan is only a fallback.)
+  // (While no search has found a plan, the searches have the whole time, a plan mattering more
+  // than a bound, unless by half of it neither they nor the least-memory plan below have one: then
+  // most likely none fits, and the other half is the report's of what would, which shares the
+  // limit where `started_at_s` is set.)
   // The report simulates the best plan again: the search leaves it the time that simulation took
   // (a thousand ranks: a second or two).
   double report_s = 0;
   const std::function<double()> clock = ClockOf(request);
   const std::function<bool()> time_up = DeadlineOf(request, 1.0, &report_s);
   const std::function<bool()> share_up = DeadlineOf(request, kSearchShare, &report_s);
+  const std::function<bool()> half_time_up = DeadlineOf(request, 0.5);
   double best = kInfinity;
   bool searches_found = false;
-  const std::function<bool()> search_time_up = [&] { return searches_found ? share_up() : time_up(); };
+  const std::function<bool()> search_time_up = [&] {
+    if (searches_found) return share_up();
+    return std::isfinite(best) ? time_up() : half_time_up() || time_up();
+  };
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
     problem.time_up = search_time_up;
@@ -398,7 +405,6 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       }
     }
   };
-  const std::function<bool()> half_time_up = DeadlineOf(request, 0.5);
   auto last_report = std::chrono::steady_clock::now();
   while (!queue.empty()) {
     if (!least_memory_tried && !std::isfinite(best) && half_time_up()) OfferLeastMemory();
@@ -484,12 +490,13 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // can be: a configuration's quick bound, then its full one (with its game over the schedule's
   // longest paths, planner/path_bound.h), until the least is final, reaches the best plan or the
   // target gap, or time runs out. A configuration whose search stopped is searched again from its
-  // full bound, whose prices prune its branches: that may prove it, or find a faster plan.
+  // full bound, whose prices prune its branches: that may prove it, or find a faster plan. (With
+  // no plan, none: the time left is the report's of what would fit.)
   const auto least = [&]() -> const Entry* {
     if (done.empty()) return queue.empty() ? nullptr : &queue.top();
     return queue.empty() || done.top().bound <= queue.top().bound ? &done.top() : &queue.top();
   };
-  for (const Entry* top = least(); top != nullptr && top->level < 2 && top->bound < best && !time_up();
+  for (const Entry* top = least(); top != nullptr && std::isfinite(best) && top->level < 2 && top->bound < best && !time_up();
        top = least()) {
     if (request.target_gap > 0 && Gap(best, top->bound) <= request.target_gap) break;
     Entry entry = *top;

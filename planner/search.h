@@ -56,6 +56,10 @@ struct SearchRequest {
   /// The clock time_limit_s is measured on, in seconds from any origin (null: the steady wall
   /// clock; planner_bench passes the process's CPU time, so that its limits mean one core's).
   std::function<double()> clock;
+  /// The reading of `clock` (ClockOf) from which time_limit_s counts (NaN: from the start of each
+  /// search, and of the report of what would fit, apart). `plan` sets it once, so that the search
+  /// and the report share one limit.
+  double started_at_s = std::numeric_limits<double>::quiet_NaN();
   /// Polled with the time limit (null: never): once true, the search stops as at its time limit (a
   /// caller's own deadline, e.g. the infeasible report's).
   std::function<bool()> stop;
@@ -126,8 +130,9 @@ double Gap(double best_ms, double lower_bound_ms);
 
 /// The request's clock: `clock`, or the steady wall clock when null (seconds).
 std::function<double()> ClockOf(const SearchRequest& request);
-/// The request's deadline, from now: true once `share` of `time_limit_s` less `*reserve_s` (read
-/// at each call; null: none) has passed on ClockOf(request), or once `stop` says so.
+/// The request's deadline, from `started_at_s` (or from now): true once `share` of `time_limit_s`
+/// less `*reserve_s` (read at each call; null: none) has passed on ClockOf(request), or once
+/// `stop` says so.
 std::function<bool()> DeadlineOf(const SearchRequest& request, double share = 1.0, const double* reserve_s = nullptr);
 
 /// Checks the request (batch, pins against the cluster and the profile) and searches. A request

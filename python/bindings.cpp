@@ -125,6 +125,7 @@ NB_MODULE(_core, m) {
         SearchRequest request =
             Take(api::MakePlanRequest(ProfileOf(profile, profile_is_path), ClusterOf(cluster, cluster_is_path),
                                       profile_is_path ? profile : std::string("profile"), options));
+        request.started_at_s = ClockOf(request)();  // one limit for the search and the report of what would fit
         Expected<SearchResult> result = SearchPlans(request);
         if (!result.ok() && result.status().usage()) {
           throw Usage(result.status().WithContext(api::PinFlags(options)).message());

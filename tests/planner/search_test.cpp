@@ -305,5 +305,48 @@ TEST(Search, TheFewestDevicesFitAndOneFewerDoesNot) {
   EXPECT_GE(checked, 3);
 }
 
+// One time limit for `plan`: from `started_at_s`, the search that finds no plan (nor a fitting
+// least-memory plan) by half of it stops there, and the report of what would fit runs to the end
+// of the same limit; without `started_at_s` each counts from its own start. (A clock the test
+// sets: nothing here depends on how fast the machine is.)
+TEST(Search, TheSearchAndTheReportShareOneTimeLimit) {
+  std::mt19937 rng(41);
+  int checked = 0, searched = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    SearchRequest request = SmallRequest(rng, 7);
+    request.cluster.devices = 2;
+    request.cluster.devices_per_node.reset();
+    Expected<LeastMemory> on_three = LeastMemoryOn(request, 3);
+    ASSERT_TRUE(on_three.ok());
+    request.cluster.device_memory_bytes = static_cast<int64_t>(on_three->peak_bytes);
+    double now = 0;
+    request.clock = [&now] { return now; };
+    request.time_limit_s = 10;
+    Expected<SearchResult> none = SearchPlans(request);
+    ASSERT_TRUE(none.ok());
+    if (none->best) continue;  // one device is enough after all
+    EXPECT_FALSE(none->stopped_by_time) << "trial " << trial << ": the clock stood still";
+    searched += none->searched > 0;
+    // 6 s of 10 gone since the command started: the search stops at once, the report goes on.
+    request.started_at_s = -6;
+    Expected<SearchResult> late = SearchPlans(request);
+    ASSERT_TRUE(late.ok());
+    EXPECT_FALSE(late->best.has_value());
+    EXPECT_TRUE(late->stopped_by_time) << "trial " << trial;
+    EXPECT_EQ(late->searched, 0u) << "trial " << trial;
+    const InfeasibleReport report = ExplainInfeasible(request);
+    EXPECT_TRUE(report.fewest.has_value()) << "trial " << trial;
+    EXPECT_FALSE(report.fewest_stopped);
+    // All 10 gone: the report's scan stops too; from its own start it would not have.
+    request.started_at_s = -10;
+    EXPECT_TRUE(ExplainInfeasible(request).fewest_stopped) << "trial " << trial;
+    request.started_at_s = std::numeric_limits<double>::quiet_NaN();
+    EXPECT_FALSE(ExplainInfeasible(request).fewest_stopped) << "trial " << trial;
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+  EXPECT_GE(searched, 1);  // some searches that find nothing run when the limit is theirs
+}
+
 }  // namespace
 }  // namespace gpipe
