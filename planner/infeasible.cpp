@@ -144,7 +144,7 @@ std::string FormatInfeasible(const InfeasibleReport& report) {
     out += "Fewest devices that fit at this batch: " + std::to_string(fewest.devices) + "; the fastest plan there, " +
            Describe(fewest.best.plan) + ", needs " + FormatBytes(fewest.best.peak_memory_bytes) +
            " per device (run it with --devices " + std::to_string(fewest.devices) + ")" +
-           (fewest.proven ? "" : "; the search on one device fewer stopped at its node budget in some configurations") +
+           (fewest.proven ? "" : "; the search on one device fewer did not finish (its node budget or the time limit), so fewer may fit") +
            ".\n";
   } else if (report.fewest_stopped) {
     out += "Fewest devices that fit at this batch: not found before the time limit (--time-limit; the scan tries "

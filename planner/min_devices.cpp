@@ -137,6 +137,10 @@ std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, i
   Expected<SearchResult> at = search_on(found);
   // Fewer devices may do with plans the least-memory program does not cover (interleaved).
   for (int fewer = found - 1; fewer > request.cluster.devices && at.ok() && at->best; --fewer) {
+    if (time_up && time_up()) {  // (a search stopped by it may still offer the least-memory plan)
+      result.proven = false;
+      break;
+    }
     Expected<SearchResult> below = search_on(fewer);
     if (!below.ok() || !below->best) {
       result.proven = below.ok() && below->proven_optimal;

@@ -40,7 +40,7 @@ struct FewestDevicesResult {
   /// The fastest plan that fits on that many devices (SearchPlans there).
   Candidate best;
   /// Whether the full search on one device fewer finished every configuration (it found no plan
-  /// either way; unproven means a configuration stopped at its node budget).
+  /// either way; unproven: a configuration stopped at its node budget, or the time limit came first).
   bool proven = true;
 };
 
