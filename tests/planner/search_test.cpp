@@ -267,6 +267,18 @@ TEST(Search, WhenOnlyLeftOutLayoutsFitTheReportNamesOversubscribe) {
   EXPECT_TRUE(asked->best.has_value());
 }
 
+// A request of `layers` random layers on `devices` devices (one node) with the least memory a
+// plan needs on 3 devices as its budget: on fewer, most likely nothing fits.
+SearchRequest TightOnFewDevices(std::mt19937& rng, int layers, int devices) {
+  SearchRequest request = SmallRequest(rng, layers);
+  request.cluster.devices = devices;
+  request.cluster.devices_per_node.reset();
+  Expected<LeastMemory> on_three = LeastMemoryOn(request, 3);
+  EXPECT_TRUE(on_three.ok());
+  request.cluster.device_memory_bytes = on_three.ok() ? static_cast<int64_t>(on_three->peak_bytes) : 0;
+  return request;
+}
+
 // The report of what would fit: the fewest devices it names fit and one fewer does not (the scan
 // doubles, then bisects; budgets of the least memory on 3 devices); with its time spent before it
 // starts, it says it stopped rather than that no count is enough.
@@ -274,12 +286,7 @@ TEST(Search, TheFewestDevicesFitAndOneFewerDoesNot) {
   std::mt19937 rng(41);
   int checked = 0;
   for (int trial = 0; trial < 6; ++trial) {
-    SearchRequest request = SmallRequest(rng, 7);
-    request.cluster.devices = 1;
-    request.cluster.devices_per_node.reset();
-    Expected<LeastMemory> on_three = LeastMemoryOn(request, 3);
-    ASSERT_TRUE(on_three.ok());
-    request.cluster.device_memory_bytes = static_cast<int64_t>(on_three->peak_bytes);
+    SearchRequest request = TightOnFewDevices(rng, 7, 1);
     Expected<SearchResult> none = SearchPlans(request);
     ASSERT_TRUE(none.ok());
     if (none->best) continue;  // one device is enough after all
@@ -313,12 +320,7 @@ TEST(Search, TheSearchAndTheReportShareOneTimeLimit) {
   std::mt19937 rng(41);
   int checked = 0, searched = 0;
   for (int trial = 0; trial < 6; ++trial) {
-    SearchRequest request = SmallRequest(rng, 7);
-    request.cluster.devices = 2;
-    request.cluster.devices_per_node.reset();
-    Expected<LeastMemory> on_three = LeastMemoryOn(request, 3);
-    ASSERT_TRUE(on_three.ok());
-    request.cluster.device_memory_bytes = static_cast<int64_t>(on_three->peak_bytes);
+    SearchRequest request = TightOnFewDevices(rng, 7, 2);
     double now = 0;
     request.clock = [&now] { return now; };
     request.time_limit_s = 10;
