@@ -58,7 +58,9 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
          (result.bounds_raised > 0 ? "; " + std::to_string(result.bounds_raised) + " lower bounds raised after" : "") +
          ") in " +
          Format("%.2f", seconds) + " s; " +
-         (!result.best                ? "no plan fits"
+         (!result.best && result.stopped_by_time
+              ? "stopped at --time-limit without a plan, the least-memory plan included: most likely none fits"
+          : !result.best              ? "no plan fits"
           : result.proven_optimal     ? "the best plan is proven optimal"
                                       : "optimality is not proven") +
          "\n";

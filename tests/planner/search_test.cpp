@@ -336,6 +336,7 @@ TEST(Search, TheSearchAndTheReportShareOneTimeLimit) {
     EXPECT_FALSE(late->best.has_value());
     EXPECT_TRUE(late->stopped_by_time) << "trial " << trial;
     EXPECT_EQ(late->searched, 0u) << "trial " << trial;
+    EXPECT_NE(FormatPlanReport(request, *late, 0.0).find("stopped at --time-limit without a plan"), std::string::npos);
     const InfeasibleReport report = ExplainInfeasible(request);
     EXPECT_TRUE(report.fewest.has_value()) << "trial " << trial;
     EXPECT_FALSE(report.fewest_stopped);
