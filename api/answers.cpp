@@ -13,7 +13,11 @@
 namespace gpipe::api {
 
 nlohmann::json PlanAnswer(const SearchRequest& request, const SearchResult& result) {
-  return result.best ? PlanReportJson(result) : InfeasibleJson(ExplainInfeasible(request));
+  if (result.best) return PlanReportJson(result);
+  nlohmann::json report = InfeasibleJson(ExplainInfeasible(request));
+  // The search stopped at the time limit without a plan (the least-memory plan did not fit either).
+  report["search_stopped_by_time"] = result.stopped_by_time;
+  return report;
 }
 
 Expected<nlohmann::json> SimulateAnswer(const Plan& plan) {

@@ -64,7 +64,8 @@ std::string FormatInfeasible(const InfeasibleReport& report);
 /// The same as JSON: {"fits": false, "memory_limit_bytes", "devices", "global_batch",
 /// "least_memory_bytes", "least_memory_plan": {...}, "fewest_devices" (null when none),
 /// "fewest_devices_plan": {..., "peak_memory_bytes", "step_time_ms"},
-/// "changes": [{"flags", "note", "least_memory_bytes"}], "changes_stopped_by_time"}.
+/// "changes": [{"flags", "note", "least_memory_bytes"}], "changes_stopped_by_time",
+/// "fewest_devices_stopped_by_time"} (`plan --json` adds "search_stopped_by_time").
 nlohmann::json InfeasibleJson(const InfeasibleReport& report);
 
 }  // namespace gpipe

@@ -139,6 +139,11 @@ TEST(PlanCommand, TheFewestDevicesReportedFitAndOneFewerDoesNot) {
   ASSERT_TRUE(report["fewest_devices"].is_number()) << report.dump(1);
   const int fewest = report["fewest_devices"].get<int>();
   EXPECT_LE(report["fewest_devices_plan"]["peak_memory_bytes"].get<double>(), 2.0 * (1 << 20));
+  // Done well inside the default limit: nothing was cut short.
+  for (const char* key : {"search_stopped_by_time", "changes_stopped_by_time", "fewest_devices_stopped_by_time"}) {
+    ASSERT_TRUE(report[key].is_boolean()) << key << ": " << report.dump(1);
+    EXPECT_FALSE(report[key].get<bool>()) << key;
+  }
   const Outcome fits = Cli(Tiny({"--memory", "2MiB", "--devices", std::to_string(fewest)}));
   EXPECT_EQ(fits.code, kExitOk) << fits.out;
   const Outcome short_one = Cli(Tiny({"--memory", "2MiB", "--devices", std::to_string(fewest - 1)}));
