@@ -343,7 +343,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   bool searches_found = false;
   const std::function<bool()> search_time_up = [&] {
     if (searches_found) return share_up();
-    return std::isfinite(best) ? time_up() : half_time_up() || time_up();
+    return std::isfinite(best) ? time_up() : half_time_up();  // (no plan evaluated: no report reserve yet)
   };
   ShapeCache shapes;
   for (PartitionProblem& problem : problems) {
