@@ -15,18 +15,30 @@ void BranchAndBound::Leaf() {
     plan.stages.push_back(StagePlan::Of(first, ends_[s], stage_rank_[s], recomputed_[s]));
     first = ends_[s];
   }
-  Expected<CostModel> costs = BuildCostModel(plan);
-  if (!costs.ok()) {
+  // What does not depend on the cut (links, rings, the profile at the plan's size) is derived
+  // at the first leaf; each leaf fills in its stages.
+  Status built = Status::Ok();
+  if (!costs_builder_) {
+    Expected<CostModelBuilder> builder = CostModelBuilder::Of(plan);
+    if (builder.ok()) {
+      costs_builder_ = std::make_unique<CostModelBuilder>(std::move(*builder));
+      costs_ = costs_builder_->Base();
+    } else {
+      built = builder.status();
+    }
+  }
+  if (built.ok()) built = costs_builder_->FillStages(plan, &costs_);
+  if (!built.ok()) {
     // The search builds only valid plans: an error here is a bug, reported rather than lost.
-    if (leaf_error_.ok()) leaf_error_ = costs.status().WithContext("the partition search's plan");
+    if (leaf_error_.ok()) leaf_error_ = built.WithContext("the partition search's plan");
     return;
   }
-  const double step = evaluator_->StepTimeMs(*costs);
+  const double step = evaluator_->StepTimeMs(costs_);
   if (step < best_) {
     // Every stage was admitted by its memory frontier; confirm with the simulator's own walk
     // (the two may differ in the last bits).
     for (int r = 0; r < p_.ranks; ++r) {
-      if (RankMemoryPeak(evaluator_->schedule(), r, *costs, &shape_->Posting()).peak_bytes > Limit()) return;
+      if (RankMemoryPeak(evaluator_->schedule(), r, costs_, &shape_->Posting()).peak_bytes > Limit()) return;
     }
     best_ = step;
     result_.step_time_ms = step;

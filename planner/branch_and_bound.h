@@ -6,11 +6,13 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "core/status.h"
 #include "planner/partition_context.h"
+#include "simulator/cost_model_builder.h"
 
 namespace gpipe::partition_internal {
 
@@ -71,6 +73,10 @@ class BranchAndBound : public PartitionContext {
  private:
   bool stopped_ = false;  // the deadline passed
   Status leaf_error_ = Status::Ok();
+  // The leaves' costs: built from skeleton_ at the first leaf (it outlives the builder), then
+  // each leaf's stages filled in.
+  std::unique_ptr<CostModelBuilder> costs_builder_;
+  CostModel costs_;
 };
 
 }  // namespace gpipe::partition_internal

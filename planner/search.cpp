@@ -6,13 +6,13 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <optional>
 #include <queue>
 #include <string>
 
 #include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
+#include "planner/cheap_bound.h"
 #include "planner/min_devices.h"
 #include "planner/shape_cache.h"
 #include "simulator/cost_model.h"
@@ -41,49 +41,6 @@ std::vector<int> Divisors(int64_t n) {
     if (n % d == 0) out.push_back(static_cast<int>(d));
   }
   return out;
-}
-
-// What CheapBound reads of a profile, the same for every configuration that shares it: the
-// work of one micro-batch through every layer, the heaviest layer's, and the calibration.
-struct ProfileWork {
-  double work = 0, heaviest = 0;
-  std::optional<Calibration> calibration;
-};
-
-ProfileWork WorkOf(const PartitionProblem& problem) {
-  ProfileWork out;
-  for (const LayerProfile& layer : problem.profile->layers) {
-    // (a remat stage runs the forward of the layers it recomputes under no_grad)
-    const double forward = problem.remat == RematPolicy::kOff ? layer.forward_ms
-                                                               : std::min(layer.forward_ms, layer.ForwardNoGradMs());
-    out.work += forward + layer.backward_ms;
-    out.heaviest = std::max(out.heaviest, forward + layer.backward_ms);
-  }
-  out.calibration = EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
-  return out;
-}
-
-// A lower bound on any plan of `problem`: the work of one step spread over all its ranks, one
-// micro-batch's way through every layer and back, and M times the heaviest layer (on whichever
-// rank holds it). The layer times are the problem's own profile's (measured at its micro-batch
-// size when the profile has several), scaled as the cost
-// model scales them (linearly in the samples, by the calibrated compute scale of the ranks that
-// share a node, which may be below 1); what the cost model adds (overheads, messages,
-// all-reduce) only lengthens the step. `work`: WorkOf(problem).
-double CheapBound(const PartitionProblem& problem, const ProfileWork& work) {
-  double scale = static_cast<double>(problem.global_batch) /
-                 (static_cast<double>(problem.replicas) * problem.microbatches) /
-                 static_cast<double>(problem.profile->microbatch_size);
-  if (work.calibration) {
-    // Under core sharing the stage times carry one rank's factor and sharing only slows them.
-    const int per_node = RanksPerNode(*problem.cluster, problem.ranks, problem.replicas, problem.tensor_parallel);
-    scale *= work.calibration->ComputeScale(
-        CoreSharingOf(*problem.profile, *problem.cluster, &*work.calibration, per_node, problem.ranks).static_ranks);
-  }
-  const double per_microbatch = work.work * scale;
-  // The rank that holds the heaviest layer runs its forward and backward M times.
-  return std::max({per_microbatch * problem.microbatches / problem.ranks, per_microbatch,
-                   work.heaviest * scale * problem.microbatches});
 }
 
 // "interleaved-1f1b K=8 v=2 D=1 M=64", "1f1b t=8 K=12 D=4 (ZeRO-1) M=96".
@@ -298,7 +255,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   // are raised (after the loop below).
   struct Entry {
     double bound;
-    // The key: 0 CheapBound, 1 PartitionLowerBound's quick bound, 2 final (its full bound, or
+    // The key: 0 CheapBounds::Of, 1 PartitionLowerBound's quick bound, 2 final (its full bound, or
     // a search's result that no bound can raise).
     int level;
     size_t index;
@@ -310,12 +267,8 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
   {
-    std::map<const Profile*, ProfileWork> works;  // (the configurations share a few profiles)
-    for (size_t i = 0; i < problems.size(); ++i) {
-      auto it = works.find(problems[i].profile);
-      if (it == works.end()) it = works.emplace(problems[i].profile, WorkOf(problems[i])).first;
-      queue.push({CheapBound(problems[i], it->second), 0, i});
-    }
+    CheapBounds cheap;
+    for (size_t i = 0; i < problems.size(); ++i) queue.push({cheap.Of(problems[i]), 0, i});
   }
   std::vector<std::string> hows = {" (not searched yet)"};
 

@@ -1,0 +1,119 @@
+#include "planner/cheap_bound.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "core/schedule/placement.h"
+#include "simulator/cost_model.h"
+
+namespace gpipe {
+
+const CheapBounds::Work& CheapBounds::WorkOf(const PartitionProblem& problem) {
+  auto it = works_.find(problem.profile);
+  if (it != works_.end()) return it->second;
+  Work out;
+  const std::vector<LayerProfile>& layers = problem.profile->layers;
+  out.least_output_bytes = layers.size() > 1 ? std::numeric_limits<double>::infinity() : 0.0;
+  out.least_param_bytes = std::numeric_limits<double>::infinity();
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerProfile& layer = layers[l];
+    // (a remat stage runs the forward of the layers it recomputes under no_grad)
+    const double forward = problem.remat == RematPolicy::kOff ? layer.forward_ms
+                                                               : std::min(layer.forward_ms, layer.ForwardNoGradMs());
+    const double weight = layer.backward_weight_ms.value_or(0.0);
+    const double input = layer.backward_input_ms.value_or(layer.backward_ms - weight);
+    const double split = std::min(layer.backward_ms, input + weight);
+    out.work_full += forward + layer.backward_ms;
+    out.work_split += forward + split;
+    out.path_full += forward + layer.backward_ms;
+    out.path_split += forward + input;
+    out.heaviest_full = std::max(out.heaviest_full, forward + layer.backward_ms);
+    out.heaviest_split = std::max(out.heaviest_split, forward + split);
+    if (l + 1 < layers.size()) out.least_output_bytes = std::min(out.least_output_bytes, static_cast<double>(layer.output_bytes));
+    out.least_param_bytes = std::min(out.least_param_bytes, static_cast<double>(layer.param_bytes));
+  }
+  // The first stage's weight pass ends the last micro-batch's way back (its rank's W of it).
+  if (!layers.empty()) out.path_split += layers.front().backward_weight_ms.value_or(0.0);
+  out.calibration = EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
+  return works_.emplace(problem.profile, std::move(out)).first->second;
+}
+
+const CheapBounds::Hops& CheapBounds::HopsOf(const PartitionProblem& problem) {
+  const StageLayout layout = LayoutOf(problem.schedule);
+  const auto key = std::make_tuple(static_cast<int>(layout), problem.ranks, problem.chunks, problem.replicas,
+                                   static_cast<int>(problem.placement), problem.tensor_parallel);
+  auto it = hops_.find(key);
+  if (it != hops_.end()) return it->second;
+  Hops out;
+  const std::vector<int> stage_rank =
+      PlaceStages(problem.schedule, problem.ranks, StageCount(problem.schedule, problem.ranks, problem.chunks));
+  const auto device = [&](int rank) {
+    return DeviceOf(problem.placement, problem.ranks, problem.replicas, 0, rank, problem.tensor_parallel);
+  };
+  const auto add = [&](const Link& link) {
+    out.latency_ms += link.latency_ms;
+    out.ms_per_byte += 1e3 / link.bandwidth_bytes_per_s;
+  };
+  for (size_t s = 0; s + 1 < stage_rank.size(); ++s) {
+    if (stage_rank[s] == stage_rank[s + 1]) continue;  // (the turn of a V stays on its rank)
+    const int from = device(stage_rank[s]), to = device(stage_rank[s + 1]);
+    add(problem.cluster->LinkBetween(from, to));  // the activation
+    add(problem.cluster->LinkBetween(to, from));  // its gradient
+  }
+  return hops_.emplace(key, out).first->second;
+}
+
+double CheapBounds::AllReduceMs(const PartitionProblem& problem, double bytes) const {
+  const Cluster& cluster = *problem.cluster;
+  const int replicas = problem.replicas;
+  if (replicas < 2) return 0.0;
+  for (const AllReduceSample& sample : cluster.allreduce) {
+    if (sample.ranks == replicas) return 0.0;  // read from measurements (RingOf): nothing to bound it by
+  }
+  // Ring (cost_model.h): 2(D-1) steps at its largest latency and over its slowest link, any of
+  // the cluster's links (pair by pair ones included); D groups of t devices that one node cannot
+  // hold cross between nodes, so where no pair is measured apart, their link is among the ring's.
+  std::vector<Link> possible = {cluster.link};
+  if (cluster.devices_per_node) possible.push_back(cluster.inter_node_link);
+  for (const LinkOverride& o : cluster.links) possible.push_back(o.link);
+  if (cluster.links.empty() && cluster.devices_per_node &&
+      int64_t{replicas} * problem.tensor_parallel > *cluster.devices_per_node) {
+    possible = {cluster.inter_node_link};
+  }
+  double latency = std::numeric_limits<double>::infinity(), bandwidth = 0;
+  for (const Link& link : possible) {
+    latency = std::min(latency, link.latency_ms);
+    bandwidth = std::max(bandwidth, link.bandwidth_bytes_per_s);
+  }
+  const double d = static_cast<double>(replicas);
+  return 2.0 * (d - 1) * (latency + bytes / d / bandwidth * 1e3);
+}
+
+double CheapBounds::Of(const PartitionProblem& problem) {
+  const Work& work = WorkOf(problem);
+  // Activations and messages scale with the samples per micro-batch; times also by the
+  // calibrated compute scale of the ranks that share a node (under core sharing the stage times
+  // carry one rank's factor, and sharing only slows them).
+  const double samples = static_cast<double>(problem.global_batch) /
+                         (static_cast<double>(problem.replicas) * problem.microbatches) /
+                         static_cast<double>(problem.profile->microbatch_size);
+  double scale = samples;
+  if (work.calibration) {
+    const int per_node = RanksPerNode(*problem.cluster, problem.ranks, problem.replicas, problem.tensor_parallel);
+    scale *= work.calibration->ComputeScale(
+        CoreSharingOf(*problem.profile, *problem.cluster, &*work.calibration, per_node, problem.ranks).static_ranks);
+  }
+  const bool split = SplitsBackward(problem.schedule);
+  const double per_microbatch = (split ? work.work_split : work.work_full) * scale;
+  const double path = (split ? std::min(work.path_full, work.path_split) : work.path_full) * scale;
+  const double heaviest = (split ? work.heaviest_split : work.heaviest_full) * scale;
+  const Hops& hops = HopsOf(problem);
+  const double messages = hops.latency_ms + hops.ms_per_byte * work.least_output_bytes * samples;
+  // Each bound ends on a rank's last action, which its all-reduce follows.
+  return AllReduceMs(problem, work.least_param_bytes) +
+         std::max({per_microbatch * problem.microbatches / problem.ranks, path + messages,
+                   heaviest * problem.microbatches});
+}
+
+}  // namespace gpipe

@@ -1,0 +1,60 @@
+// A lower bound on every plan of a configuration, read off its profile and cluster without
+// choosing a partition: what the search queues the configurations by first (thousands of them at
+// a thousand devices), and what a configuration it never reaches counts toward the gap with. The
+// greatest of
+//   - the step's work spread over its K ranks (the busiest rank does at least the average),
+//   - one micro-batch's way through every layer and back: its forward and backward (for the
+//     zero-bubble kinds its input-gradient pass, then the first stage's weight pass), and the
+//     messages between consecutive stages on different ranks, each at least the smallest
+//     layer output over the link the placement puts between them,
+//   - M times the heaviest layer's work, on whichever rank holds it,
+// each followed by the all-reduce (or the sharded optimizer's reduce-scatter and all-gather) of
+// at least the lightest layer's parameters over D replicas, at the least latency and greatest
+// bandwidth a ring of D devices can have on this cluster. Layer times are the problem's profile's
+// (measured at its micro-batch size when the profile has several), scaled as the cost model
+// scales them; what the cost model adds beyond (overheads, core sharing, recompute, the rest of
+// the messages) only lengthens the step. tests/planner/cheap_bound_test.cc checks it against
+// every plan of small configurations.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <tuple>
+
+#include "core/calibration.h"
+#include "planner/partition.h"
+
+namespace gpipe {
+
+class CheapBounds {
+ public:
+  /// A lower bound on the step of every plan of `problem` (one of the search's configurations).
+  double Of(const PartitionProblem& problem);
+
+ private:
+  // What the bound reads of a profile, the same for every configuration that shares it, per
+  // micro-batch at the profile's size: with a full backward (B) and with one split into I and W.
+  struct Work {
+    double work_full = 0, work_split = 0;        // every layer's F + B; F + min(B, I + W)
+    double path_full = 0, path_split = 0;        // F + B; F + I, then the first layer's W
+    double heaviest_full = 0, heaviest_split = 0;  // the largest layer's work
+    double least_output_bytes = 0;               // over the layers whose output can be sent
+    double least_param_bytes = 0;
+    std::optional<Calibration> calibration;
+  };
+  // The messages of one micro-batch's forward and backward over the stage boundaries that cross
+  // ranks: the sum of their latencies and of their ms per byte.
+  struct Hops {
+    double latency_ms = 0;
+    double ms_per_byte = 0;
+  };
+  const Work& WorkOf(const PartitionProblem& problem);
+  const Hops& HopsOf(const PartitionProblem& problem);
+  double AllReduceMs(const PartitionProblem& problem, double bytes) const;
+
+  std::map<const Profile*, Work> works_;
+  // By layout, K, chunks, D, placement, t: shared by the configurations that differ in M.
+  std::map<std::tuple<int, int, int, int, int, int>, Hops> hops_;
+};
+
+}  // namespace gpipe

@@ -1,0 +1,89 @@
+// The bound every configuration is queued by, against every plan of it: brute force over small
+// random profiles on clusters of one, two and four nodes, with calibrations, links measured pair
+// by pair and measured all-reduces; no plan of a configuration is faster than its bound.
+#include "planner/cheap_bound.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "planner/search.h"
+#include "tests/planner/brute_force.h"
+#include "tests/planner/small_request.h"
+
+namespace gpipe {
+namespace {
+
+struct Checked {
+  int configurations = 0;
+  int split = 0;      // of the zero-bubble kinds
+  int across = 0;     // with replicas on more than one node
+  double tightest = 0;  // the largest bound / fastest plan seen
+};
+
+// Every configuration of `request`: its bound against the fastest of its plans (memory aside).
+void CheckEveryConfiguration(const SearchRequest& request, const std::string& label, Checked* checked) {
+  CheapBounds bounds;
+  for (const PartitionProblem& problem : Configurations(request)) {
+    double fastest = std::numeric_limits<double>::infinity();
+    brute::ForEveryPlan(PlanSkeleton(problem), problem.ranks, problem.ranks * problem.chunks, problem.remat,
+                        [&](const Plan& plan) {
+                          Expected<Candidate> c = Evaluate(plan, true);
+                          if (c.ok()) fastest = std::min(fastest, c->step_time_ms);
+                        });
+    if (!std::isfinite(fastest)) continue;
+    const double bound = bounds.Of(problem);
+    const std::string name = label + ": " + ScheduleName(problem.schedule) + " K=" + std::to_string(problem.ranks) +
+                             " v=" + std::to_string(problem.chunks) + " D=" + std::to_string(problem.replicas) +
+                             " M=" + std::to_string(problem.microbatches) + " " + PlacementName(problem.placement);
+    EXPECT_LE(bound, fastest * (1 + 1e-9)) << name;
+    ++checked->configurations;
+    checked->split += SplitsBackward(problem.schedule);
+    checked->across += problem.replicas > 1 && request.cluster.devices_per_node &&
+                       problem.replicas > *request.cluster.devices_per_node;
+    checked->tightest = std::max(checked->tightest, bound / fastest);
+  }
+}
+
+TEST(CheapBound, NoPlanOfAConfigurationIsFasterThanItsBound) {
+  std::mt19937 rng(23);
+  Checked checked;
+  for (int trial = 0; trial < 8; ++trial) {
+    SearchRequest request = SmallRequest(rng, 4 + trial % 2);
+    request.remat = trial % 2 == 0 ? RematPolicy::kAuto : RematPolicy::kOff;
+    request.cluster.device_memory_bytes = 1LL << 40;
+    switch (trial % 4) {
+      case 0: break;  // four devices, two per node
+      case 1:         // eight devices, two per node, calibrated
+        request.cluster.devices = 8;
+        request.global_batch = 16;
+        request.cluster.calibration = Calibration();
+        request.cluster.calibration->compute_scale = {0.9, 1.2};
+        request.cluster.calibration->forward_overhead_ms = {0.05};
+        request.cluster.calibration->send_overhead_ms = 0.02;
+        request.cluster.calibration->optimizer_ms_per_gib = 200;
+        break;
+      case 2:  // one node, a pair of devices measured faster than the rest
+        request.cluster.devices_per_node.reset();
+        request.cluster.links.push_back(LinkOverride{0, 1, Link{40e9, 0.001}});
+        request.cluster.links.push_back(LinkOverride{1, 0, Link{40e9, 0.001}});
+        break;
+      case 3:  // all-reduces of two devices measured
+        request.cluster.allreduce.push_back(AllReduceSample{2, 1'000'000, 0.01});
+        request.cluster.allreduce.push_back(AllReduceSample{2, 100'000'000, 0.5});
+        break;
+    }
+    CheckEveryConfiguration(request, "trial " + std::to_string(trial), &checked);
+  }
+  EXPECT_GE(checked.configurations, 200);
+  EXPECT_GE(checked.split, 50);
+  EXPECT_GE(checked.across, 20);
+  // Not vacuous: somewhere the bound comes within 2% of the fastest plan.
+  EXPECT_GE(checked.tightest, 0.98);
+}
+
+}  // namespace
+}  // namespace gpipe
