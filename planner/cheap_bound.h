@@ -13,7 +13,7 @@
 // bandwidth a ring of D devices can have on this cluster. Layer times are the problem's profile's
 // (measured at its micro-batch size when the profile has several), scaled as the cost model
 // scales them; what the cost model adds beyond (overheads, core sharing, recompute, the rest of
-// the messages) only lengthens the step. tests/planner/cheap_bound_test.cc checks it against
+// the messages) only lengthens the step. tests/planner/cheap_bound_test.cpp checks it against
 // every plan of small configurations.
 #pragma once
 
