@@ -14,7 +14,7 @@ namespace gpipe::api {
 
 nlohmann::json PlanAnswer(const SearchRequest& request, const SearchResult& result) {
   if (result.best) return PlanReportJson(result);
-  nlohmann::json report = InfeasibleJson(ExplainInfeasible(request));
+  nlohmann::json report = InfeasibleJson(ExplainInfeasible(request, &result));
   // The search stopped at the time limit without a plan (the least-memory plan did not fit either).
   report["search_stopped_by_time"] = result.stopped_by_time;
   return report;

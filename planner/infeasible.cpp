@@ -31,7 +31,7 @@ bool Fits(const SearchRequest& request, int devices, double* least_bytes) {
 
 }  // namespace
 
-InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
+InfeasibleReport ExplainInfeasible(const SearchRequest& asked, const SearchResult* searched) {
   // What fits in memory does not depend on how well the speed is predicted: the layouts the
   // search leaves out for sharing a node's cores (SearchRequest::oversubscribe) count here.
   SearchRequest request = asked;
@@ -52,12 +52,18 @@ InfeasibleReport ExplainInfeasible(const SearchRequest& asked) {
   report.pinned = request.ranks || request.replicas || request.microbatches || request.schedule || request.chunks;
   const std::function<double()> clock = ClockOf(request);
   const double least_started = clock();
-  if (Expected<LeastMemory> least = LeastMemoryOn(request, request.cluster.devices); least.ok()) {
-    report.least = std::move(*least);
-  }
   // What one least-memory program on these devices took: the report starts none it would not end
   // by the deadline at that pace (the scan's programs on more devices take longer still).
-  double program_s = clock() - least_started;
+  double program_s = 0;
+  if (searched != nullptr && searched->least_memory && searched->least_memory_remat == request.remat) {
+    report.least = *searched->least_memory;  // (the search's own, on these devices)
+    program_s = searched->least_memory_s;
+  } else {
+    if (Expected<LeastMemory> least = LeastMemoryOn(request, request.cluster.devices); least.ok()) {
+      report.least = std::move(*least);
+    }
+    program_s = clock() - least_started;
+  }
   SearchRequest free = request;
   free.ranks.reset();
   free.replicas.reset();

@@ -54,8 +54,10 @@ struct InfeasibleReport {
   bool changes_stopped = false;
 };
 
-/// Searches what would make a plan fit. REQUIRES: SearchPlans(request) found no plan.
-InfeasibleReport ExplainInfeasible(const SearchRequest& request);
+/// Searches what would make a plan fit. REQUIRES: SearchPlans(request) found no plan; `searched`,
+/// when given, is what it returned (its least-memory plan on these devices, when it tried one
+/// under the remat the report prices, is not computed again).
+InfeasibleReport ExplainInfeasible(const SearchRequest& request, const SearchResult* searched = nullptr);
 
 /// The report for people: the least memory (and on which rank, split into model state and
 /// activations), the fewest devices, the changes that fit; nothing that would not change the answer.

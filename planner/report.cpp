@@ -83,7 +83,7 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
     out += result.unproven.size() > 6 ? ", ...\n" : "\n";
   }
   out += "\n";
-  if (!result.best) return out + FormatInfeasible(ExplainInfeasible(request));
+  if (!result.best) return out + FormatInfeasible(ExplainInfeasible(request, &result));
   const Candidate& best = *result.best;
   CostModel costs;
   const SimResult sim = Simulated(best.plan, &costs);

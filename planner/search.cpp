@@ -347,7 +347,13 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     least_memory_tried = true;
     SearchRequest whole = request;
     if (request.remat == RematPolicy::kAuto) whole.remat = RematPolicy::kStages;
+    const double least_started = clock();
     Expected<LeastMemory> least = LeastMemoryOn(whole, devices);
+    if (least.ok()) {
+      out.least_memory = std::make_shared<const LeastMemory>(*least);
+      out.least_memory_remat = whole.remat;
+      out.least_memory_s = clock() - least_started;
+    }
     const double limit = static_cast<double>(request.cluster.device_memory_bytes);
     if (least.ok() && least->peak_bytes <= limit && (!request.schedule || *request.schedule == least->plan.schedule)) {
       Expected<Candidate> candidate = evaluate(least->plan, false);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "planner/partition.h"
 
 namespace gpipe {
+
+struct LeastMemory;  // planner/min_devices.h
 
 struct SearchRequest {
   Profile profile;
@@ -123,6 +126,12 @@ struct SearchResult {
   /// of the older ones (gpipe, 1f1b, interleaved-1f1b, zb-h1) that fits, searched as if the newer
   /// ones did not exist; empty when none fits (or the best is an older schedule).
   std::optional<Candidate> best_older;
+  /// The least-memory plan the search tried when it had none (LeastMemoryOn on its devices, under
+  /// `least_memory_remat`: whole stages where the request says auto), for the report of what would
+  /// fit to reuse (ExplainInfeasible); null when not tried or when it failed.
+  std::shared_ptr<const LeastMemory> least_memory;
+  RematPolicy least_memory_remat = RematPolicy::kAuto;
+  double least_memory_s = 0;  // what its program took (the report paces itself by it)
 };
 
 /// best / lower_bound - 1, as SearchResult::gap (0 when they agree to 1e-9, infinity when best is).

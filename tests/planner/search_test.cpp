@@ -351,5 +351,41 @@ TEST(Search, TheSearchAndTheReportShareOneTimeLimit) {
   EXPECT_GE(searched, 1);  // some searches that find nothing run when the limit is theirs
 }
 
+// A search that stops without a plan tries the least-memory plan on its devices; the report of
+// what would fit then reads that one instead of computing it again, when it prices the same remat
+// (whole stages: the search's always, the report's past 256 layers or when asked), and says the
+// same as a report computed afresh. Under auto with few layers it prices by layer: its own.
+TEST(Search, TheReportReusesTheSearchsLeastMemoryPlanWhereItPricesTheSame) {
+  std::mt19937 rng(43);
+  int reused = 0, own = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    SearchRequest request = TightOnFewDevices(rng, 7, 2);
+    request.remat = trial % 2 == 0 ? RematPolicy::kStages : RematPolicy::kAuto;
+    double now = 0;
+    request.clock = [&now] { return now; };
+    request.time_limit_s = 10;
+    request.started_at_s = -6;  // past half the limit: the search stops at once, without a plan
+    Expected<SearchResult> late = SearchPlans(request);
+    ASSERT_TRUE(late.ok());
+    if (late->best) continue;  // the least-memory plan fits after all
+    ASSERT_NE(late->least_memory, nullptr) << "trial " << trial;
+    EXPECT_EQ(late->least_memory_remat, RematPolicy::kStages);
+    const InfeasibleReport with = ExplainInfeasible(request, &*late);
+    const InfeasibleReport fresh = ExplainInfeasible(request);
+    ASSERT_TRUE(with.least && fresh.least) << "trial " << trial;
+    EXPECT_EQ(with.least->peak_bytes, fresh.least->peak_bytes) << "trial " << trial;
+    EXPECT_EQ(with.least->fullest_rank, fresh.least->fullest_rank) << "trial " << trial;
+    EXPECT_EQ(with.least->plan.StageRanks(), fresh.least->plan.StageRanks()) << "trial " << trial;
+    EXPECT_EQ(FormatInfeasible(with), FormatInfeasible(fresh)) << "trial " << trial;
+    const bool same_remat = request.remat == RematPolicy::kStages;
+    (same_remat ? reused : own) += 1;
+    if (same_remat) {
+      EXPECT_EQ(with.least->peak_bytes, late->least_memory->peak_bytes);
+    }
+  }
+  EXPECT_GE(reused, 2);
+  EXPECT_GE(own, 2);
+}
+
 }  // namespace
 }  // namespace gpipe
