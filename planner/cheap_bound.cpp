@@ -1,6 +1,7 @@
 #include "planner/cheap_bound.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <vector>
 

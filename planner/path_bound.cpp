@@ -221,6 +221,9 @@ Mix FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& star
     const double least = LeastOverPartitions(weights, times, &ends) + hops;
     if (least > best.bound || k == 0) best = Mix{least, weights, hops, {}};
     if ((input.enough > 0 && best.bound >= input.enough) || k + 1 == input.iterations) break;
+    // (Each step is a dynamic program over layers x stages: a thousand of each take a tenth of a
+    // second, which a time limit must see.)
+    if (input.time_up && input.time_up()) break;
     // The partition's stage times, and its longest chain.
     const std::vector<OpTimes> stage_times = StageTimesOf(ends, times);
     prefix[0] = {0.0, 0.0, 0.0, 0.0, 0.0};
@@ -309,7 +312,8 @@ double PathLowerBound(const PathBoundInput& input) {
     }
     return best.bound;
   };
-  if (enough(FrankWolfe(forward_chains, {}, times, stages, input))) return done();
+  const auto time_up = [&] { return input.time_up && input.time_up(); };
+  if (enough(FrankWolfe(forward_chains, {}, times, stages, input)) || time_up()) return done();
   // Each rank's whole order, from its first forward to its last action and its all-reduce: their
   // average is the work and the all-reduces spread over the ranks (plus the average fill), which
   // the average over all chains dilutes with chains that end before the all-reduce.
@@ -317,13 +321,15 @@ double PathLowerBound(const PathBoundInput& input) {
     return chain.to_last && chain.reduced == !input.allreduce.empty();
   });
   if (!wholes.empty() && enough(FrankWolfe(forward_chains, wholes, times, stages, input))) return done();
-  if (input.game_iterations < 1) return done();  // (a quick bound: the runs above only)
+  if (input.game_iterations < 1 || time_up()) return done();  // (a quick bound: the runs above only)
   const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
   const std::vector<size_t> drains = EarliestPerRank(chains, schedule.num_ranks(), [](const Chain& chain) {
     return chain.back_from >= 0 && chain.to_last && !chain.reduced;
   });
   if (chains.size() > forward_chains.size() && enough(FrankWolfe(chains, {}, times, stages, input))) return done();
+  if (time_up()) return done();
   if (!drains.empty() && enough(FrankWolfe(chains, drains, times, stages, input))) return done();
+  if (time_up()) return done();
   const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(schedule, input.hop_ms, input.max_graph_nodes);
   if (graph) {
     std::vector<Row> rows = {RowOf(forward_chains, {}, stages), RowOf(chains, {}, stages)};

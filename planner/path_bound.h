@@ -108,7 +108,8 @@ struct PathBoundInput {
   bool may_recompute = true;
   /// Stop once the bound reaches this (the caller only needs to know that it does).
   double enough = 0;
-  /// Polled at every round of the game: once true, the bound so far (a bound still) is returned.
+  /// Polled at every round of the game and every Frank-Wolfe step: once true, the bound so far (a
+  /// bound still) is returned.
   /// Null: never.
   std::function<bool()> time_up;
   /// Where given (and the stages times the layers are at most kMaxLayerPrices): the best mix's
