@@ -35,6 +35,12 @@ class BranchAndBound : public PartitionContext {
     if (result_.nodes % 16 == 0 && p_.time_up && p_.time_up()) stopped_ = true;
     return result_.nodes <= p_.max_nodes && !stopped_;
   }
+  // Whether the time is spent (asked now; it stops every loop as CountNode does). Seeds ask it
+  // rank by rank: a thousand ranks' first memory frontiers take seconds.
+  bool TimeUp() {
+    if (!stopped_ && p_.time_up && p_.time_up()) stopped_ = true;
+    return stopped_;
+  }
   // Simulates the complete partition in ends_ and remat_ and keeps it when it is the best so
   // far. An error building its costs (a bug: the searches build only valid plans) is kept for
   // Finish to return, not lost.

@@ -148,6 +148,7 @@ bool ContiguousSearch::RemainderFits(int q, int a, double head, double tail, dou
 
 bool ContiguousSearch::FitAll() {
   for (int q = 0, a = 0; q < p_.ranks; a = ends_[q++]) {
+    if (TimeUp()) return false;
     LayerTable::StageBuilder builder(table_, a);
     while (builder.end() < ends_[q]) builder.Extend();
     const std::optional<Fitted> c = Fit(q, builder);

@@ -56,7 +56,8 @@ class ContiguousSearch : public BranchAndBound {
   bool RemainderFits(int q, int a, double head, double tail, double cutoff, std::vector<int>* ends) const;
   // RootBound from RelaxedThreshold's bracket (nullopt: none), with the path bound's prices.
   double RootBound(const std::optional<Bracket>& threshold, LayerPrices* prices) const;
-  // Fits every stage of ends_ (recomputed_ as Fit chooses); false when one does not fit.
+  // Fits every stage of ends_ (recomputed_ as Fit chooses); false when one does not fit or the
+  // time is spent (TimeUp, asked rank by rank).
   bool FitAll();
   // The smallest cutoff below which some partition's relaxed bounds all fall.
   std::optional<Bracket> RelaxedThreshold() const;

@@ -70,7 +70,7 @@ Expected<PartitionResult> InterleavedSearch::Run() {
   const double root = std::isnan(p_.root_bound_ms) ? RootBound(&prices_) : p_.root_bound_ms;
   const auto fit = [&] {
     for (int r = 0; r < p_.ranks; ++r) {
-      if (!CompleteRank(r, rank_stages_[r].back(), false, /*seed=*/true)) return false;
+      if (TimeUp() || !CompleteRank(r, rank_stages_[r].back(), false, /*seed=*/true)) return false;
     }
     return true;
   };
