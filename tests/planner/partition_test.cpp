@@ -512,5 +512,40 @@ TEST(Partition, InterleavedRootBoundWithALongAllReduce) {
   EXPECT_EQ(checked, 18);
 }
 
+// A search whose time is up before it starts evaluates no partition, its seeds included (each
+// seed asks rank by rank: a thousand ranks' first memory frontiers take seconds), and says it
+// stopped at the deadline; with time, the same searches find a plan.
+TEST(Partition, ASearchWhoseTimeIsUpSimulatesNoSeed) {
+  const Profile profile = ShapedProfile(16, [](int l, LayerProfile* layer) {
+    layer->forward_ms = 1 + 0.1 * l;
+    layer->backward_ms = 2 * layer->forward_ms;
+    layer->backward_weight_ms = layer->forward_ms;
+    layer->param_bytes = 1000;
+  });
+  Cluster cluster;
+  cluster.devices = 4;
+  cluster.device_memory_bytes = int64_t{1} << 40;
+  cluster.link = Link{1e12, 0.0};
+  for (const auto& [kind, chunks] : {std::pair{ScheduleKind::k1F1B, 1}, std::pair{ScheduleKind::kInterleavedZb, 2}}) {
+    PartitionProblem problem = InterleavedProblem(profile, cluster, 4, 8);
+    problem.schedule = kind;
+    problem.chunks = chunks;
+    problem.memory_limit_bytes = 1e12;
+    int asked = 0;
+    problem.time_up = [&asked] { return ++asked > 0; };
+    Expected<PartitionResult> stopped = FindBestPartition(problem);
+    ASSERT_TRUE(stopped.ok()) << stopped.status().message();
+    EXPECT_EQ(stopped->leaves, 0) << ScheduleName(kind);
+    EXPECT_FALSE(stopped->plan.has_value()) << ScheduleName(kind);
+    EXPECT_TRUE(stopped->stopped_by_deadline) << ScheduleName(kind);
+    EXPECT_GE(asked, 1);
+    problem.time_up = nullptr;
+    Expected<PartitionResult> searched = FindBestPartition(problem);
+    ASSERT_TRUE(searched.ok());
+    EXPECT_TRUE(searched->plan.has_value()) << ScheduleName(kind);
+    EXPECT_GT(searched->leaves, 0) << ScheduleName(kind);
+  }
+}
+
 }  // namespace
 }  // namespace gpipe
