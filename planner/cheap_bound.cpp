@@ -88,7 +88,7 @@ double CheapBounds::AllReduceMs(const PartitionProblem& problem, double bytes) c
     bandwidth = std::max(bandwidth, link.bandwidth_bytes_per_s);
   }
   const double d = static_cast<double>(replicas);
-  return 2.0 * (d - 1) * (latency + bytes / d / bandwidth * 1e3);
+  return 2.0 * (d - 1) * (latency + (bytes > 0 ? bytes / d / bandwidth * 1e3 : 0.0));
 }
 
 double CheapBounds::Of(const PartitionProblem& problem) {
@@ -110,7 +110,9 @@ double CheapBounds::Of(const PartitionProblem& problem) {
   const double path = (split ? std::min(work.path_full, work.path_split) : work.path_full) * scale;
   const double heaviest = (split ? work.heaviest_split : work.heaviest_full) * scale;
   const Hops& hops = HopsOf(problem);
-  const double messages = hops.latency_ms + hops.ms_per_byte * work.least_output_bytes * samples;
+  // (As the cost model: a message of no bytes pays its latency only, whatever the link.)
+  const double messages =
+      hops.latency_ms + (work.least_output_bytes > 0 ? hops.ms_per_byte * work.least_output_bytes * samples : 0.0);
   // Each bound ends on a rank's last action, which its all-reduce follows.
   return AllReduceMs(problem, work.least_param_bytes) +
          std::max({per_microbatch * problem.microbatches / problem.ranks, path + messages,
