@@ -32,11 +32,11 @@ class BranchAndBound : public PartitionContext {
   // node of a thousand ranks' interleaved search prices its memory in milliseconds).
   bool CountNode() {
     ++result_.nodes;
-    if (result_.nodes % 16 == 0 && p_.time_up && p_.time_up()) stopped_ = true;
+    if (result_.nodes % 16 == 0) TimeUp();
     return result_.nodes <= p_.max_nodes && !stopped_;
   }
-  // Whether the time is spent (asked now; it stops every loop as CountNode does). Seeds ask it
-  // rank by rank: a thousand ranks' first memory frontiers take seconds.
+  // Whether the time is spent (asked now; once it is, every loop stops). Seeds ask it rank by
+  // rank: a thousand ranks' first memory frontiers take seconds.
   bool TimeUp() {
     if (!stopped_ && p_.time_up && p_.time_up()) stopped_ = true;
     return stopped_;
