@@ -23,7 +23,8 @@ std::string Describe(const Plan& plan) {
 }
 
 bool Fits(const SearchRequest& request, int devices, double* least_bytes) {
-  Expected<LeastMemory> least = LeastMemoryOn(request, devices);
+  // (only whether it fits, and then how much it needs: the program drops every stage past the limit)
+  Expected<LeastMemory> least = LeastMemoryOn(request, devices, static_cast<double>(request.cluster.device_memory_bytes));
   if (!least.ok()) return false;
   *least_bytes = least->peak_bytes;
   return least->peak_bytes <= static_cast<double>(request.cluster.device_memory_bytes);

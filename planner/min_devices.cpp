@@ -23,7 +23,7 @@ Cluster ResizedCluster(const Cluster& cluster, int devices) {
 namespace {
 
 // LeastMemoryOn; the fullest rank's parts (one simulation) only when `with_parts`.
-Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with_parts) {
+Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with_parts, double at_most_bytes) {
   const int replicas = request.replicas.value_or(1);
   const int ranks = request.ranks.value_or(std::min(devices / replicas, request.profile.num_layers()));
   if (ranks < 1) {
@@ -50,13 +50,13 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
   problem.remat = request.remat;
   problem.memory_limit_bytes = static_cast<double>(cluster.device_memory_bytes);
   if (request.placement) problem.placement = *request.placement;
-  Expected<LeastMemoryResult> least = LeastMemoryPartition(problem);
+  Expected<LeastMemoryResult> least = LeastMemoryPartition(problem, at_most_bytes);
   if (!least.ok()) return least.status();
   LeastMemory answer;
   answer.plan = least->plan;
   answer.plan.cluster = cluster;
   answer.peak_bytes = least->peak_bytes;
-  if (!with_parts) return answer;
+  if (!with_parts || std::isinf(answer.peak_bytes)) return answer;
   // The fullest rank's parts, from the simulator itself (no timeline: only the peaks).
   if (Expected<SimResult> sim = SimulatePlan(answer.plan, SimOptions{false}); sim.ok()) {
     for (size_t r = 0; r < sim->ranks.size(); ++r) {
@@ -72,7 +72,9 @@ Expected<LeastMemory> Least(const SearchRequest& request, int devices, bool with
 
 }  // namespace
 
-Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices) { return Least(request, devices, true); }
+Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices, double at_most_bytes) {
+  return Least(request, devices, true, at_most_bytes);
+}
 
 std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, int max_devices,
                                                  const std::function<bool()>& time_up, bool* stopped,
@@ -93,7 +95,8 @@ std::optional<FewestDevicesResult> FewestDevices(const SearchRequest& request, i
   };
   const auto fits = [&](int devices) {
     const double started = clock();
-    Expected<LeastMemory> least = Least(request, devices, false);
+    // (only whether it fits: the program drops every stage past the limit)
+    Expected<LeastMemory> least = Least(request, devices, false, limit);
     last_s = clock() - started;
     last_devices = devices;
     return least.ok() && least->peak_bytes <= limit;

@@ -12,6 +12,7 @@
 // are kept.
 #pragma once
 
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -32,8 +33,11 @@ struct LeastMemory {
 };
 
 /// The least per-device memory a plan of `request` needs on `devices` devices (the request's
-/// cluster, resized as `plan --devices` does).
-Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices);
+/// cluster, resized as `plan --devices` does). With `at_most_bytes`, only whether some plan needs
+/// no more than that (LeastMemoryPartition's cap): where none does, `peak_bytes` is infinity,
+/// the plan has no stages and the rank's parts are left at zero.
+Expected<LeastMemory> LeastMemoryOn(const SearchRequest& request, int devices,
+                                    double at_most_bytes = std::numeric_limits<double>::infinity());
 
 struct FewestDevicesResult {
   int devices = 0;

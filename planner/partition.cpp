@@ -85,12 +85,12 @@ double PartitionLowerBound(const PartitionProblem& problem) {
   return ContiguousSearch(problem).RootBound();
 }
 
-Expected<LeastMemoryResult> LeastMemoryPartition(const PartitionProblem& problem) {
+Expected<LeastMemoryResult> LeastMemoryPartition(const PartitionProblem& problem, double at_most_bytes) {
   GPIPE_RETURN_IF_ERROR(CheckProblem(problem));
   if (problem.chunks != 1) return Status::Invalid("the least-memory partition takes one stage per rank");
   Expected<Schedule> compute = GenerateSchedule(problem.schedule, problem.ranks, problem.ranks, problem.microbatches);
   if (!compute.ok()) return compute.status();
-  return StageDp(problem).Run();
+  return StageDp(problem).Run(at_most_bytes);
 }
 
 Expected<PartitionResult> FindBestPartition(const PartitionProblem& problem) {

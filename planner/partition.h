@@ -105,11 +105,16 @@ struct PartitionResult {
 /// peak is smallest, ignoring the memory limit and the step time: what the tightest budget
 /// must hold. `peak_bytes` gets that peak. One stage per rank only (not interleaved). Exact: a
 /// dynamic program over (rank, first layer) with the simulator's own peaks.
+/// With `at_most_bytes`, only whether some partition needs no more than that: the same answer
+/// where the least is at most it, else `peak_bytes` infinity and a plan with no stages. The
+/// program then drops every stage that passes it before reading its memory (what a check against a
+/// device's memory needs: on a thousand layers that do not fit, a small part of the whole program).
 struct LeastMemoryResult {
   Plan plan;
   double peak_bytes = 0;
 };
-Expected<LeastMemoryResult> LeastMemoryPartition(const PartitionProblem& problem);
+Expected<LeastMemoryResult> LeastMemoryPartition(const PartitionProblem& problem,
+                                                 double at_most_bytes = std::numeric_limits<double>::infinity());
 
 /// A lower bound on the step time of every plan of `problem` (infinity when none can fit even
 /// in the relaxation), cheap next to the search itself.

@@ -1,18 +1,22 @@
 #include "planner/stage_dp.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "planner/remat_choices.h"
 
 namespace gpipe::partition_internal {
 
-LeastMemoryResult StageDp::Run() {
+LeastMemoryResult StageDp::Run(double at_most_bytes) {
   UseShape();
   const int ranks = p_.ranks;
   // need[q][a]: the least largest peak of ranks q.. holding layers [a, L); end/recomputed: the
-  // stage of rank q that achieves it.
-  std::vector<std::vector<double>> need(ranks + 1, std::vector<double>(layers_ + 1, kInfinity));
+  // stage of rank q that achieves it (end -1: none at most `at_most_bytes`). Starting every entry
+  // just above the cap makes each bound below drop what passes it.
+  const double above_cap = std::nextafter(at_most_bytes, kInfinity);
+  std::vector<std::vector<double>> need(ranks + 1, std::vector<double>(layers_ + 1, above_cap));
+  std::fill(need[ranks].begin(), need[ranks].end(), kInfinity);
   std::vector<std::vector<int>> end(ranks, std::vector<int>(layers_ + 1, -1));
   std::vector<std::vector<int>> recomputed(ranks, std::vector<int>(layers_ + 1, 0));
   need[ranks][layers_] = 0;
@@ -60,6 +64,10 @@ LeastMemoryResult StageDp::Run() {
   }
   LeastMemoryResult out;
   out.plan = skeleton_;
+  if (end[0][0] < 0) {  // (no partition within the cap)
+    out.peak_bytes = kInfinity;
+    return out;
+  }
   out.peak_bytes = need[0][0];
   for (int q = 0, a = 0; q < ranks; ++q) {
     out.plan.stages.push_back(StagePlan::Of(a, end[q][a], q, recomputed[q][a]));

@@ -12,7 +12,8 @@ class StageDp : public PartitionContext {
   // REQUIRES: the problem passed CheckProblem, with one stage per rank, and its schedule generates.
   explicit StageDp(const PartitionProblem& problem) : PartitionContext(problem) {}
 
-  LeastMemoryResult Run();
+  // `at_most_bytes`: as LeastMemoryPartition's (infinity: the least, whatever it is).
+  LeastMemoryResult Run(double at_most_bytes = kInfinity);
 };
 
 }  // namespace gpipe::partition_internal

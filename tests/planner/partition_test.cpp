@@ -258,6 +258,17 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
           double peak = 0;
           for (const RankResult& rank : sim->ranks) peak = std::max(peak, rank.peak_memory_bytes);
           EXPECT_NEAR(peak, least->peak_bytes, 1e-9 * peak) << label;
+          // Capped: the same least where it is within the cap (on the cap too), none below it.
+          for (double cap : {least->peak_bytes, least->peak_bytes * 1.5}) {
+            Expected<LeastMemoryResult> within = LeastMemoryPartition(problem, cap);
+            ASSERT_TRUE(within.ok()) << within.status().message();
+            EXPECT_EQ(within->peak_bytes, least->peak_bytes) << label << " cap " << cap;
+            EXPECT_EQ(within->plan.num_stages(), shape.ranks) << label;
+          }
+          Expected<LeastMemoryResult> below = LeastMemoryPartition(problem, least->peak_bytes * (1 - 1e-9));
+          ASSERT_TRUE(below.ok()) << below.status().message();
+          EXPECT_EQ(below->peak_bytes, kInf) << label;
+          EXPECT_EQ(below->plan.num_stages(), 0) << label;
           ++least_memory_checked;
         }
         if (brute.step == kInf) {
