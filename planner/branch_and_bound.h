@@ -68,6 +68,35 @@ class BranchAndBound : public PartitionContext {
     if (fit()) Leaf();
   }
 
+  // From the best seed, moves one stage boundary by a layer at a time, keeping each move that the
+  // simulator finds faster (first improvement, until no move is), each move a node of the
+  // budget: the seeds balance work, the climb what the schedule makes of it (its waits and
+  // messages). A search's incumbents only: the branching that follows proves what it can.
+  template <typename Fit>
+  void Climb(const Fit& fit) {
+    if (!result_.plan) return;
+    std::vector<int> at(stages_);
+    for (int s = 0; s < stages_; ++s) at[s] = result_.plan->stages[s].end_layer;
+    for (bool improved = true; improved;) {
+      improved = false;
+      for (int s = 0; s + 1 < stages_; ++s) {
+        for (int move : {-1, 1}) {
+          const int first = s == 0 ? 0 : at[s - 1];
+          if (at[s] + move <= first || at[s] + move >= at[s + 1]) continue;  // (a layer per stage)
+          if (!CountNode()) return;
+          std::vector<int> next = at;
+          next[s] += move;
+          const double before = best_;
+          SeedWith(next, fit);
+          if (best_ < before) {
+            at = std::move(next);
+            improved = true;
+          }
+        }
+      }
+    }
+  }
+
   std::vector<int> ends_ = std::vector<int>(stages_, 0);
   // Per stage: how many of its first layers recompute (0: none).
   std::vector<int> recomputed_ = std::vector<int>(stages_, 0);

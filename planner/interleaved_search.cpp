@@ -8,6 +8,7 @@
 
 #include "core/schedule/generators.h"
 #include "planner/bisection.h"
+#include "planner/rank_balance.h"
 #include "planner/rank_load_bound.h"
 #include "planner/remat_choices.h"
 
@@ -74,8 +75,17 @@ Expected<PartitionResult> InterleavedSearch::Run() {
     }
     return true;
   };
-  if (std::vector<int> even = EvenCut(); !even.empty()) SeedWith(std::move(even), fit);
+  if (std::vector<int> even = EvenCut(); !even.empty()) {
+    // The most even stages, then the same cut moved until its ranks' sums are even too.
+    std::vector<int> balanced = BalanceRankLoads(even, stage_rank_, p_.ranks, [&](int a, int e) {
+      return table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
+    });
+    const bool differs = balanced != even;
+    SeedWith(std::move(even), fit);
+    if (differs) SeedWith(std::move(balanced), fit);
+  }
   if (!prices_.empty()) SeedWith(prices_.LeastPartition(), fit);
+  Climb(fit);
   Dfs(0, 0);
   return Finish(root);
 }

@@ -14,7 +14,8 @@
 //     recomputed activations at every moment of the schedule's memory walk, a rank whose placed
 //     chunks cannot fit under any remat set is abandoned, and the cheapest set that could fit
 //     adds its recompute to the rank's work.
-// The first incumbents: the cut into S stages of most even work, and the partition the path
+// The first incumbents: the cut into S stages of most even work, that cut moved until the ranks'
+// sums of work are even too (rank_balance.h), and the partition the path
 // bound's prices (path_bound.h) like best, which also prune every subtree whose least price
 // reaches the best step.
 #pragma once
