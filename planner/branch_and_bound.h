@@ -68,10 +68,11 @@ class BranchAndBound : public PartitionContext {
     if (fit()) Leaf();
   }
 
-  // From the best seed, moves one stage boundary by a layer at a time, keeping each move that the
-  // simulator finds faster (first improvement, until no move is), each move a node of the
-  // budget: the seeds balance work, the climb what the schedule makes of it (its waits and
-  // messages). A search's incumbents only: the branching that follows proves what it can.
+  // From the search's best plan so far (none: a seed must have beaten the caller's cutoff, the
+  // best of the configurations searched before), moves one stage boundary by a layer at a time,
+  // keeping each move that the simulator finds faster (first improvement, until no move is), each
+  // move a node of the budget: the seeds balance work, the climb what the schedule makes of it
+  // (its waits and messages). Incumbents only: the branching that follows proves what it can.
   template <typename Fit>
   void Climb(const Fit& fit) {
     if (!result_.plan) return;
