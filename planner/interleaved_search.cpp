@@ -76,10 +76,16 @@ Expected<PartitionResult> InterleavedSearch::Run() {
     return true;
   };
   if (std::vector<int> even = EvenCut(); !even.empty()) {
-    // The most even stages, then the same cut moved until its ranks' sums are even too.
-    std::vector<int> balanced = BalanceRankLoads(even, stage_rank_, p_.ranks, [&](int a, int e) {
-      return table_.ForwardMs(a, e) + table_.BackwardMs(a, e);
-    });
+    // The most even stages; then that cut, or the quota cut if it ends less busy, moved until
+    // its ranks' sums are even too (rank_balance.h).
+    const auto work = [&](int a, int e) { return table_.ForwardMs(a, e) + table_.BackwardMs(a, e); };
+    std::vector<int> balanced = BalanceRankLoads(even, stage_rank_, p_.ranks, work);
+    if (std::vector<int> quota = QuotaCut(layers_, stage_rank_, p_.ranks, work); !quota.empty()) {
+      std::vector<int> from_quota = BalanceRankLoads(std::move(quota), stage_rank_, p_.ranks, work);
+      if (BusiestRankLoad(from_quota, stage_rank_, p_.ranks, work) < BusiestRankLoad(balanced, stage_rank_, p_.ranks, work)) {
+        balanced = std::move(from_quota);
+      }
+    }
     const bool differs = balanced != even;
     SeedWith(std::move(even), fit);
     if (differs) SeedWith(std::move(balanced), fit);

@@ -1,6 +1,7 @@
-// BalanceRankLoads on random uneven layers, in a loop and in a V: a valid cut, the busiest rank
-// never busier, no single move left that would lower a pair's larger load, and against brute
-// force over every cut of small instances: where it ends, how far from the most even ranks.
+// BalanceRankLoads and QuotaCut on random uneven layers, in a loop and in a V: valid cuts, the
+// busiest rank never busier, no single move left that would lower a pair's larger load, and
+// against brute force over every cut of small instances: how often each start ends at the most
+// even ranks.
 #include "planner/rank_balance.h"
 
 #include <gtest/gtest.h>
@@ -55,8 +56,8 @@ double BestBusiest(const Instance& in, int layers) {
 TEST(BalanceRankLoads, EndsAtACutNoSingleMoveImprovesAndNeverRaisesTheBusiestRank) {
   std::mt19937 rng(47);
   std::uniform_real_distribution<double> work(0.05, 6.0);
-  int lowered = 0, at_best = 0, compared = 0, cases = 0;
-  double worst_over_best = 1;
+  int lowered = 0, at_best = 0, compared = 0, cases = 0, quota_at_best = 0, even_at_best = 0, kept_at_best = 0;
+  double worst_over_best = 1, quota_worst = 1, kept_worst = 1;
   for (ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kZbV}) {
     for (int trial = 0; trial < 150; ++trial) {
       const int ranks = 2 + static_cast<int>(rng() % 3);
@@ -95,8 +96,30 @@ TEST(BalanceRankLoads, EndsAtACutNoSingleMoveImprovesAndNeverRaisesTheBusiestRan
               << "boundary " << s << " moved by " << move;
         }
       }
+      // The quota cut: valid, and balanced from there.
+      const auto work_of = [&](int a, int e) { return in.Work(a, e); };
+      const std::vector<int> quota = QuotaCut(layers, in.stage_rank, ranks, work_of);
+      ASSERT_EQ(quota.size(), start.size());
+      ASSERT_EQ(quota.back(), layers);
+      for (int s = 0, a = 0; s < stages; a = quota[s], ++s) ASSERT_GT(quota[s], a) << "quota stage " << s;
+      const std::vector<int> from_quota = BalanceRankLoads(quota, in.stage_rank, ranks, work_of);
+      EXPECT_LE(in.Busiest(from_quota), in.Busiest(quota));
+      // The stages' most even cut (each stage its own rank under the quota), balanced: the
+      // search's other start; it keeps the better of the two.
+      std::vector<int> own(stages);
+      for (int s = 0; s < stages; ++s) own[s] = s;
+      const std::vector<int> even = QuotaCut(layers, own, stages, work_of);
+      const std::vector<int> from_even = BalanceRankLoads(even, in.stage_rank, ranks, work_of);
+      const double kept = std::min(BusiestRankLoad(from_even, in.stage_rank, ranks, work_of),
+                                   BusiestRankLoad(from_quota, in.stage_rank, ranks, work_of));
+      EXPECT_NEAR(kept, std::min(in.Busiest(from_even), in.Busiest(from_quota)), 1e-9 * kept);
       if (small) {
         const double best = BestBusiest(in, layers);
+        if (in.Busiest(from_quota) <= best * (1 + 1e-12)) ++quota_at_best;
+        if (in.Busiest(from_even) <= best * (1 + 1e-12)) ++even_at_best;
+        if (kept <= best * (1 + 1e-12)) ++kept_at_best;
+        kept_worst = std::max(kept_worst, kept / best);
+        quota_worst = std::max(quota_worst, in.Busiest(from_quota) / best);
         EXPECT_GE(in.Busiest(out), best * (1 - 1e-12));
         worst_over_best = std::max(worst_over_best, in.Busiest(out) / best);
         if (in.Busiest(out) <= best * (1 + 1e-12)) ++at_best;
@@ -107,9 +130,13 @@ TEST(BalanceRankLoads, EndsAtACutNoSingleMoveImprovesAndNeverRaisesTheBusiestRan
   EXPECT_EQ(cases, 300);
   EXPECT_GT(lowered, 200);  // the poor start really is improved (a few have no layer to move)
   EXPECT_GT(compared, 90);
-  // A local balance, not an optimum: it reaches the most even ranks in most small instances.
+  // A local balance, not an optimum: it reaches the most even ranks in most small instances, and
+  // more often from the quota cut (the search keeps the better of that and the even cut's).
   EXPECT_GT(at_best, compared / 2) << "worst " << worst_over_best;
-  std::printf("lowered %d of %d; at the most even ranks in %d of %d small ones, worst %.3f x\n", lowered, cases, at_best, compared, worst_over_best);
+  EXPECT_GT(kept_at_best, compared * 2 / 3) << "worst " << kept_worst;
+  EXPECT_GT(kept_at_best, even_at_best);
+  std::printf("lowered %d of %d; at the most even ranks in %d of %d small ones, worst %.3f x; from the quota cut %d, worst %.3f x; from the even cut %d; the better %d, worst %.3f x\n",
+              lowered, cases, at_best, compared, worst_over_best, quota_at_best, quota_worst, even_at_best, kept_at_best, kept_worst);
 }
 
 }  // namespace
