@@ -78,7 +78,7 @@ Expected<PartitionResult> InterleavedSearch::Run() {
   if (std::vector<int> even = EvenCut(); !even.empty()) {
     // The most even stages; then that cut, or the quota cut if it ends less busy, moved until
     // its ranks' sums are even too (rank_balance.h).
-    const auto work = [&](int a, int e) { return table_.ForwardMs(a, e) + table_.BackwardMs(a, e); };
+    const auto work = [this](int a, int e) { return StageWorkMs(a, e); };
     std::vector<int> balanced = BalanceRankLoads(even, stage_rank_, p_.ranks, work);
     if (std::vector<int> quota = QuotaCut(layers_, stage_rank_, p_.ranks, work); !quota.empty()) {
       std::vector<int> from_quota = BalanceRankLoads(std::move(quota), stage_rank_, p_.ranks, work);

@@ -65,9 +65,9 @@ std::vector<int> PartitionContext::EvenCut() const {
     for (int t = 0; t < stages_; ++t) {
       const int last_end = layers_ - (stages_ - 1 - t);
       int e = a + 1;
-      while (e < last_end && table_.ForwardMs(a, e + 1) + table_.BackwardMs(a, e + 1) <= cap) ++e;
+      while (e < last_end && StageWorkMs(a, e + 1) <= cap) ++e;
       if (t == stages_ - 1) e = layers_;
-      if (table_.ForwardMs(a, e) + table_.BackwardMs(a, e) > cap) return false;
+      if (StageWorkMs(a, e) > cap) return false;
       if (ends != nullptr) (*ends)[t] = e;
       a = e;
     }

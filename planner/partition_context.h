@@ -62,8 +62,10 @@ class PartitionContext {
   // stages and each rank's all-reduce after its last action. (With UseShape: the shape's
   // schedule; else it generates one.) `prices`, where given: the best mix's LayerPrices.
   double PathBound(LayerPrices* prices = nullptr) const;
-  // The cut of the layers into the stages whose most work (forward and backward) on one stage is
-  // the least; empty when there is none (fewer layers than stages).
+  // Layers [a, e) as one stage: its recorded forward and backward (what the seeds balance).
+  double StageWorkMs(int a, int e) const { return table_.ForwardMs(a, e) + table_.BackwardMs(a, e); }
+  // The cut of the layers into the stages whose most work (StageWorkMs) on one stage is the
+  // least; empty when there is none (fewer layers than stages).
   std::vector<int> EvenCut() const;
   // A rank's peak activations and buffers, `costs` pointing at one per stage on the rank.
   // REQUIRES: UseShape.

@@ -4,11 +4,21 @@
 
 namespace gpipe::partition_internal {
 
+namespace {
+
+std::vector<double> RankLoads(const std::vector<int>& ends, const std::vector<int>& stage_rank, int ranks,
+                              const std::function<double(int, int)>& work) {
+  std::vector<double> load(ranks, 0.0);
+  for (size_t s = 0, a = 0; s < ends.size(); a = ends[s], ++s) load[stage_rank[s]] += work(static_cast<int>(a), ends[s]);
+  return load;
+}
+
+}  // namespace
+
 std::vector<int> BalanceRankLoads(std::vector<int> ends, const std::vector<int>& stage_rank, int ranks,
                                   const std::function<double(int, int)>& work) {
   const int stages = static_cast<int>(ends.size());
-  std::vector<double> load(ranks, 0.0);
-  for (int s = 0, a = 0; s < stages; a = ends[s], ++s) load[stage_rank[s]] += work(a, ends[s]);
+  std::vector<double> load = RankLoads(ends, stage_rank, ranks, work);
   // A move must lower the pair's larger load by more than rounding (prefix sums) could account for.
   const auto lowers = [](double before, double after) { return after < before * (1 - 1e-12); };
   for (bool moved = true; moved;) {
@@ -17,25 +27,16 @@ std::vector<int> BalanceRankLoads(std::vector<int> ends, const std::vector<int>&
       const int left = stage_rank[s], right = stage_rank[s + 1];
       if (left == right) continue;  // (the turn of a V: both stages on one rank)
       const int first = s == 0 ? 0 : ends[s - 1];
-      // The boundary's layer l moves from the busier side to the other, one at a time.
-      while (true) {
-        const int b = ends[s];
-        const double before = std::max(load[left], load[right]);
-        if (load[left] > load[right] && b - 1 > first) {
-          const double w_left = work(first, b - 1) - work(first, b), w_right = work(b - 1, ends[s + 1]) - work(b, ends[s + 1]);
-          if (!lowers(before, std::max(load[left] + w_left, load[right] + w_right))) break;
-          load[left] += w_left;
-          load[right] += w_right;
-          --ends[s];
-        } else if (load[right] > load[left] && b + 1 < ends[s + 1]) {
-          const double w_left = work(first, b + 1) - work(first, b), w_right = work(b + 1, ends[s + 1]) - work(b, ends[s + 1]);
-          if (!lowers(before, std::max(load[left] + w_left, load[right] + w_right))) break;
-          load[left] += w_left;
-          load[right] += w_right;
-          ++ends[s];
-        } else {
-          break;
-        }
+      // The boundary's layer moves from the busier side to the other, one at a time, while each
+      // side keeps a layer.
+      while (load[left] != load[right]) {
+        const int b = ends[s], to = load[left] > load[right] ? b - 1 : b + 1;
+        if (to <= first || to >= ends[s + 1]) break;
+        const double w_left = work(first, to) - work(first, b), w_right = work(to, ends[s + 1]) - work(b, ends[s + 1]);
+        if (!lowers(std::max(load[left], load[right]), std::max(load[left] + w_left, load[right] + w_right))) break;
+        load[left] += w_left;
+        load[right] += w_right;
+        ends[s] = to;
         moved = true;
       }
     }
@@ -45,8 +46,7 @@ std::vector<int> BalanceRankLoads(std::vector<int> ends, const std::vector<int>&
 
 double BusiestRankLoad(const std::vector<int>& ends, const std::vector<int>& stage_rank, int ranks,
                        const std::function<double(int, int)>& work) {
-  std::vector<double> load(ranks, 0.0);
-  for (size_t s = 0, a = 0; s < ends.size(); a = ends[s], ++s) load[stage_rank[s]] += work(static_cast<int>(a), ends[s]);
+  const std::vector<double> load = RankLoads(ends, stage_rank, ranks, work);
   return *std::max_element(load.begin(), load.end());
 }
 

@@ -24,8 +24,8 @@ double BusiestRankLoad(const std::vector<int>& ends, const std::vector<int>& sta
 
 // A cut of `layers` layers into the stages of `stage_rank` (every stage a layer at least) made
 // rank by rank under a cap: each stage as long as its rank stays within its share of the cap (a
-// rank's c-th of v stages up to c/v of it), the last stage the rest; the cap bisected to the least
-// busiest rank such a cut reaches. Empty when there are fewer layers than stages.
+// rank's c-th of v stages up to c/v of it), the last stage the rest; the cap bisected, and the
+// least busy cut tried returned. Empty when there are fewer layers than stages.
 std::vector<int> QuotaCut(int layers, const std::vector<int>& stage_rank, int ranks,
                           const std::function<double(int, int)>& work);
 
