@@ -15,7 +15,6 @@ const CheapBounds::Work& CheapBounds::WorkOf(const PartitionProblem& problem) {
   if (it != works_.end()) return it->second;
   Work out;
   const std::vector<LayerProfile>& layers = problem.profile->layers;
-  out.least_output_bytes = layers.size() > 1 ? std::numeric_limits<double>::infinity() : 0.0;
   out.least_param_bytes = std::numeric_limits<double>::infinity();
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerProfile& layer = layers[l];
@@ -31,9 +30,10 @@ const CheapBounds::Work& CheapBounds::WorkOf(const PartitionProblem& problem) {
     out.path_split += forward + input;
     out.heaviest_full = std::max(out.heaviest_full, forward + layer.backward_ms);
     out.heaviest_split = std::max(out.heaviest_split, forward + split);
-    if (l + 1 < layers.size()) out.least_output_bytes = std::min(out.least_output_bytes, static_cast<double>(layer.output_bytes));
+    if (l + 1 < layers.size()) out.output_bytes.push_back(static_cast<double>(layer.output_bytes));
     out.least_param_bytes = std::min(out.least_param_bytes, static_cast<double>(layer.param_bytes));
   }
+  std::sort(out.output_bytes.begin(), out.output_bytes.end());
   // The first stage's weight pass ends the last micro-batch's way back (its rank's W of it).
   if (!layers.empty()) out.path_split += layers.front().backward_weight_ms.value_or(0.0);
   out.calibration = EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer);
@@ -52,16 +52,15 @@ const CheapBounds::Hops& CheapBounds::HopsOf(const PartitionProblem& problem) {
   const auto device = [&](int rank) {
     return DeviceOf(problem.placement, problem.ranks, problem.replicas, 0, rank, problem.tensor_parallel);
   };
-  const auto add = [&](const Link& link) {
-    out.latency_ms += link.latency_ms;
-    out.ms_per_byte += 1e3 / link.bandwidth_bytes_per_s;
-  };
   for (size_t s = 0; s + 1 < stage_rank.size(); ++s) {
     if (stage_rank[s] == stage_rank[s + 1]) continue;  // (the turn of a V stays on its rank)
     const int from = device(stage_rank[s]), to = device(stage_rank[s + 1]);
-    add(problem.cluster->LinkBetween(from, to));  // the activation
-    add(problem.cluster->LinkBetween(to, from));  // its gradient
+    const Link there = problem.cluster->LinkBetween(from, to);  // the activation
+    const Link back = problem.cluster->LinkBetween(to, from);   // its gradient
+    out.latency_ms += there.latency_ms + back.latency_ms;
+    out.ms_per_byte.push_back(1e3 / there.bandwidth_bytes_per_s + 1e3 / back.bandwidth_bytes_per_s);
   }
+  std::sort(out.ms_per_byte.rbegin(), out.ms_per_byte.rend());
   return hops_.emplace(key, out).first->second;
 }
 
@@ -110,9 +109,13 @@ double CheapBounds::Of(const PartitionProblem& problem) {
   const double path = (split ? std::min(work.path_full, work.path_split) : work.path_full) * scale;
   const double heaviest = (split ? work.heaviest_split : work.heaviest_full) * scale;
   const Hops& hops = HopsOf(problem);
-  // (As the cost model: a message of no bytes pays its latency only, whatever the link.)
-  const double messages =
-      hops.latency_ms + (work.least_output_bytes > 0 ? hops.ms_per_byte * work.least_output_bytes * samples : 0.0);
+  // The boundaries carry distinct layers' outputs: at least the smallest ones, the smallest over
+  // the slowest links (the rearrangement inequality). (As the cost model: a message of no bytes
+  // pays its latency only, whatever the link.)
+  double messages = hops.latency_ms;
+  for (size_t b = 0; b < hops.ms_per_byte.size() && b < work.output_bytes.size(); ++b) {
+    messages += hops.ms_per_byte[b] * work.output_bytes[b] * samples;
+  }
   // Each bound ends on a rank's last action, which its all-reduce follows.
   return AllReduceMs(problem, work.least_param_bytes) +
          std::max({per_microbatch * problem.microbatches / problem.ranks, path + messages,

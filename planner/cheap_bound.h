@@ -5,8 +5,9 @@
 //   - the step's work spread over its K ranks (the busiest rank does at least the average),
 //   - one micro-batch's way through every layer and back: its forward and backward (for the
 //     zero-bubble kinds its input-gradient pass, then the first stage's weight pass), and the
-//     messages between consecutive stages on different ranks, each at least the smallest
-//     layer output over the link the placement puts between them,
+//     messages between consecutive stages on different ranks, each boundary's over the links
+//     the placement puts between them, carrying a different layer's output (the boundaries'
+//     layers are distinct): at least the smallest outputs, the smallest over the slowest links,
 //   - M times the heaviest layer's work, on whichever rank holds it,
 // each followed by the all-reduce (or the sharded optimizer's reduce-scatter and all-gather) of
 // at least the lightest layer's parameters over D replicas, at the least latency and greatest
@@ -38,15 +39,15 @@ class CheapBounds {
     double work_full = 0, work_split = 0;        // every layer's F + B; F + min(B, I + W)
     double path_full = 0, path_split = 0;        // F + B; F + I, then the first layer's W
     double heaviest_full = 0, heaviest_split = 0;  // the largest layer's work
-    double least_output_bytes = 0;               // over the layers whose output can be sent
+    std::vector<double> output_bytes;            // of the layers whose output can be sent, ascending
     double least_param_bytes = 0;
     std::optional<Calibration> calibration;
   };
   // The messages of one micro-batch's forward and backward over the stage boundaries that cross
-  // ranks: the sum of their latencies and of their ms per byte.
+  // ranks: the sum of their latencies, and each boundary's ms per byte (both ways), descending.
   struct Hops {
     double latency_ms = 0;
-    double ms_per_byte = 0;
+    std::vector<double> ms_per_byte;
   };
   const Work& WorkOf(const PartitionProblem& problem);
   const Hops& HopsOf(const PartitionProblem& problem);

@@ -90,14 +90,12 @@ double PartitionContext::PathBound(LayerPrices* prices) const {
   PathBoundInput input;
   input.schedule = evaluator_ != nullptr ? &evaluator_->schedule() : &*generated;
   input.table = &table_;
-  const double message = min_output_from_[0];  // the smallest any boundary can carry
-  for (int s = 0; s + 1 < stages_; ++s) {
-    const int from = stage_rank_[s], to = stage_rank_[s + 1];
-    // (the turn of a V stays on its rank: no message)
-    input.hop_ms.push_back(from == to ? 0.0
-                                      : std::min(forward_link_[s].TransferMs(message), backward_link_[s].TransferMs(message)));
-  }
-  input.hop_ms.push_back(0.0);
+  // The message across each boundary: the output of the stage's last layer, each way over the
+  // link between the two ranks (the turn of a V stays on its rank: none).
+  for (int s = 0; s + 1 < stages_; ++s) input.hops.crosses.push_back(stage_rank_[s] != stage_rank_[s + 1]);
+  input.hops.forward = forward_link_;
+  input.hops.backward = backward_link_;
+  for (int l = 0; l < layers_; ++l) input.hops.bytes.push_back(table_.OutputBytes(l));
   if (p_.replicas > 1) {
     for (int r = 0; r < p_.ranks; ++r) {
       // The ring model is affine in the bytes; a measured curve need not be: nothing then.

@@ -3,7 +3,7 @@
 namespace gpipe::path_internal {
 
 Row RowOf(const GraphPath& path, int stages) {
-  Row row{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), path.hops};
+  Row row{Coefficients(stages, OpTimes{}), path.hops};
   for (const auto& [stage, op, count] : path.body) row.c[stage][op] += count;
   return row;
 }
@@ -16,25 +16,28 @@ double RowMs(const Row& row, const std::vector<OpTimes>& stage_times) {
   return ms;
 }
 
-std::vector<OpTimes> StageTimesOf(const std::vector<int>& ends,
-                                                    const std::vector<OpTimes>& times) {
+std::vector<OpTimes> StageTimesOf(const std::vector<int>& ends, const std::vector<OpTimes>& times,
+                                  const BoundaryHops& hops) {
   std::vector<OpTimes> stage_times(ends.size());
   for (size_t s = 0, l = 0; s < ends.size(); ++s) {
-    stage_times[s] = {0.0, 0.0, 0.0, 0.0, 0.0};
+    stage_times[s] = OpTimes{};
     for (; l < static_cast<size_t>(ends[s]); ++l) {
       for (int op = 0; op < kOps; ++op) stage_times[s][op] += times[l][op];
     }
+    if (s + 1 < ends.size()) stage_times[s][kH] += hops.Ms(static_cast<int>(s), ends[s] - 1);
   }
   return stage_times;
 }
 
-double LeastOverPartitions(const Coefficients& c, const std::vector<OpTimes>& times, std::vector<int>* ends) {
+double LeastOverPartitions(const Coefficients& c, const std::vector<OpTimes>& times, const BoundaryHops& hops,
+                           std::vector<int>* ends) {
   const auto layer_cost = [&](int l, int s) {
     double x = 0;
     for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
     return x;
   };
-  return LeastOverPartitionsOf(static_cast<int>(c.size()), static_cast<int>(times.size()), layer_cost, ends);
+  const auto end_cost = [&](int s, int l) { return c[s][kH] == 0 ? 0.0 : c[s][kH] * hops.Ms(s, l); };
+  return LeastOverPartitionsOf(static_cast<int>(c.size()), static_cast<int>(times.size()), layer_cost, end_cost, ends);
 }
 
 

@@ -32,13 +32,17 @@ struct Row {
 Row RowOf(const GraphPath& path, int stages);
 /// A row's length for stages whose op times are `stage_times`.
 double RowMs(const Row& row, const std::vector<OpTimes>& stage_times);
-/// The stage times of the partition whose stages end at `ends`, from per-layer `times`.
-std::vector<OpTimes> StageTimesOf(const std::vector<int>& ends, const std::vector<OpTimes>& times);
+/// The stage times of the partition whose stages end at `ends`, from per-layer `times` and the
+/// messages `hops` (H).
+std::vector<OpTimes> StageTimesOf(const std::vector<int>& ends, const std::vector<OpTimes>& times,
+                                  const BoundaryHops& hops);
 
-// The least of sum over layers of layer_cost(l, s) (layer l in stage s) over contiguous
-// partitions with no empty stage; `ends` gets its stage ends.
-template <typename LayerCost>
-double LeastOverPartitionsOf(int stages, int layers, const LayerCost& layer_cost, std::vector<int>* ends) {
+// The least of the sum over layers of layer_cost(l, s) (layer l in stage s) and over stages but
+// the last of end_cost(s, l) (stage s ending at layer l) over contiguous partitions with no empty
+// stage; `ends` gets its stage ends.
+template <typename LayerCost, typename EndCost>
+double LeastOverPartitionsOf(int stages, int layers, const LayerCost& layer_cost, const EndCost& end_cost,
+                             std::vector<int>* ends) {
   // cost[l][s]: layers 0..l assigned, layer l in stage s; from[l][s]: whether layer l - 1 was in
   // stage s - 1 (a new stage starts at l).
   constexpr double kInfinity = std::numeric_limits<double>::infinity();
@@ -52,9 +56,12 @@ double LeastOverPartitionsOf(int stages, int layers, const LayerCost& layer_cost
     for (int s = lo; s <= hi; ++s) {
       double best = cost[l - 1][s];
       char started = 0;
-      if (s > 0 && cost[l - 1][s - 1] < best) {
-        best = cost[l - 1][s - 1];
-        started = 1;
+      if (s > 0 && cost[l - 1][s - 1] < kInfinity) {
+        const double start = cost[l - 1][s - 1] + end_cost(s - 1, l - 1);
+        if (start < best) {
+          best = start;
+          started = 1;
+        }
       }
       if (best == kInfinity) continue;
       cost[l][s] = best + layer_cost(l, s);
@@ -75,6 +82,7 @@ double LeastOverPartitionsOf(int stages, int layers, const LayerCost& layer_cost
 }
 
 /// The least of sum_s sum_op c[s][op] x (stage s's op time) over the partitions.
-double LeastOverPartitions(const Coefficients& c, const std::vector<OpTimes>& times, std::vector<int>* ends);
+double LeastOverPartitions(const Coefficients& c, const std::vector<OpTimes>& times, const BoundaryHops& hops,
+                           std::vector<int>* ends);
 
 }  // namespace gpipe::path_internal

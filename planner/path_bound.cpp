@@ -14,7 +14,8 @@ namespace {
 using namespace path_internal;  // NOLINT: the op indices and the graph
 
 // One chain: forwards of the stages before `head`, its rank's actions (`body`: stage, op, count),
-// backwards (op `tail_op`) of the stages before `tail`, and its messages' least time.
+// backwards (op `tail_op`) of the stages before `tail`, each with the message across the
+// boundary it crosses (H), and the all-reduce's fixed time where it ends with one (`hops`).
 struct Chain {
   int head = 0;
   int tail = 0;
@@ -32,19 +33,29 @@ struct Chain {
   std::vector<PathTerm> body;
   double hops = 0;
 
-  // Adds `share` x this chain's coefficients to `c`.
+  // Adds `share` x this chain's coefficients to `c`. (The boundaries crossed: those before head
+  // and before tail, and with back_from those from it on; the last stage's H time is 0.)
   void AddTo(double share, Coefficients* c) const {
-    for (int t = 0; t < head; ++t) (*c)[t][kF] += share;
-    for (int t = 0; t < tail; ++t) (*c)[t][tail_op] += share;
+    for (int t = 0; t < head; ++t) {
+      (*c)[t][kF] += share;
+      (*c)[t][kH] += share;
+    }
+    for (int t = 0; t < tail; ++t) {
+      (*c)[t][tail_op] += share;
+      (*c)[t][kH] += share;
+    }
     if (back_from >= 0) {
       for (int t = back_from + 1; t < static_cast<int>(c->size()); ++t) (*c)[t][back_op] += share;
+      for (int t = back_from; t < static_cast<int>(c->size()); ++t) (*c)[t][kH] += share;
     }
     for (const auto& [stage, op, count] : body) (*c)[stage][op] += share * count;
   }
   // Its length for stages whose op times are `times` and prefix sums `prefix` ([s][op]: stages < s).
   double Ms(const std::vector<std::array<double, kOps>>& times, const std::vector<std::array<double, kOps>>& prefix) const {
-    double ms = hops + prefix[head][kF] + prefix[tail][tail_op];
-    if (back_from >= 0) ms += prefix.back()[back_op] - prefix[back_from + 1][back_op];
+    double ms = hops + prefix[head][kF] + prefix[head][kH] + prefix[tail][tail_op] + prefix[tail][kH];
+    if (back_from >= 0) {
+      ms += prefix.back()[back_op] - prefix[back_from + 1][back_op] + prefix.back()[kH] - prefix[back_from][kH];
+    }
     for (const auto& [stage, op, count] : body) ms += count * times[stage][op];
     return ms;
   }
@@ -52,12 +63,8 @@ struct Chain {
 
 // The chains of the header comment, rank by rank.
 // With `from_backwards`, also those that start at a backward.
-std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>& hop_ms,
-                           const std::vector<AllReduceLine>& allreduce, bool from_backwards) {
+std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<AllReduceLine>& allreduce, bool from_backwards) {
   const int stages = schedule.num_stages();
-  // Prefix message times: before[s] = the hops between stages 0 .. s.
-  std::vector<double> before(stages + 1, 0.0);
-  for (int s = 0; s + 1 < stages; ++s) before[s + 1] = before[s] + hop_ms[s];
   // Whether micro-batch m's backward at stage s is split (an I, its W apart) or whole (a B). A
   // chain's tail (or back_from run) counts one op at every stage: B only where every stage runs
   // a whole B, else I, which a B also takes at least (dualpipe-v mixes the two in a micro-batch).
@@ -145,11 +152,8 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
           chain.head = stages;
           chain.back_from = actions[i].stage;
           chain.back_op = run_op(actions[i].op, actions[i].microbatch, chain.back_from + 1, stages);
-          // (every hop forward, and back from the last stage to this one)
-          chain.hops = before[stages - 1] + (before[stages - 1] - before[chain.back_from]);
         } else {
           chain.head = actions[i].stage;
-          chain.hops = before[chain.head];
         }
         for (size_t u = 0; u < used.size(); ++u) {
           const int count = counts[j + 1][u] - counts[i][u];
@@ -173,7 +177,6 @@ std::vector<Chain> ChainsOf(const Schedule& schedule, const std::vector<double>&
         if (last.op == Op::kBackward || last.op == Op::kBackwardInput) {
           chain.tail = last.stage;
           chain.tail_op = run_op(last.op, last.microbatch, 0, last.stage);
-          chain.hops += before[last.stage];
         }
         chains.push_back(std::move(chain));
       }
@@ -188,14 +191,14 @@ std::vector<std::array<double, kOps>> LayerTimes(const LayerTable& table) {
   std::vector<std::array<double, kOps>> times(table.num_layers());
   for (int l = 0; l < table.num_layers(); ++l) {
     const double f = table.LeastForwardMs(l, l + 1), b = table.BackwardMs(l, l + 1), w = table.WeightMs(l, l + 1);
-    times[l] = {f, b, std::max(0.0, b - w), w, table.ParamBytes(l, l + 1)};
+    times[l] = {f, b, std::max(0.0, b - w), w, table.ParamBytes(l, l + 1), 0.0};
   }
   return times;
 }
 
 // The average of `chains[mix]` (`mix` empty: of all of them).
 Row RowOf(const std::vector<Chain>& chains, const std::vector<size_t>& mix, int stages) {
-  Row row{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
+  Row row{Coefficients(stages, OpTimes{}), 0.0};
   const size_t n = mix.empty() ? chains.size() : mix.size();
   for (size_t k = 0; k < n; ++k) {
     const Chain& chain = chains[mix.empty() ? k : mix[k]];
@@ -218,14 +221,14 @@ Mix FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& star
   std::vector<int> ends;
   std::vector<OpTimes> prefix(stages + 1);
   for (int k = 0; k < input.iterations; ++k) {
-    const double least = LeastOverPartitions(weights, times, &ends) + hops;
+    const double least = LeastOverPartitions(weights, times, input.hops, &ends) + hops;
     if (least > best.bound || k == 0) best = Mix{least, weights, hops, {}};
     if ((input.enough > 0 && best.bound >= input.enough) || k + 1 == input.iterations) break;
     // (Each step is a dynamic program over layers x stages: a thousand of each take a tenth of a
     // second, which a time limit must see.)
     if (input.time_up && input.time_up()) break;
     // The partition's stage times, and its longest chain.
-    const std::vector<OpTimes> stage_times = StageTimesOf(ends, times);
+    const std::vector<OpTimes> stage_times = StageTimesOf(ends, times, input.hops);
     prefix[0] = {0.0, 0.0, 0.0, 0.0, 0.0};
     for (int s = 0; s < stages; ++s) {
       for (int op = 0; op < kOps; ++op) prefix[s + 1][op] = prefix[s][op] + stage_times[s][op];
@@ -269,8 +272,8 @@ std::vector<size_t> EarliestPerRank(const std::vector<Chain>& chains, int ranks,
 std::vector<int> LayerPrices::LeastPartition() const {
   std::vector<int> ends(stages_, layers_);
   for (int l = 0, s = 0; l + 1 < layers_ && s + 1 < stages_; ++l) {
-    // Layer l + 1 opens stage s + 1 where that is the cheaper way on.
-    if (rest_[Index(s + 1, l + 1)] < rest_[Index(s, l + 1)]) ends[s++] = l + 1;
+    // Layer l + 1 opens stage s + 1 (stage s ending at layer l) where that is the cheaper way on.
+    if (end_[Index(s, l)] + rest_[Index(s + 1, l + 1)] < rest_[Index(s, l + 1)]) ends[s++] = l + 1;
   }
   return ends;
 }
@@ -287,7 +290,7 @@ double PathLowerBound(const PathBoundInput& input) {
   // backward to its last action (its whole drain, which the average over all chains dilutes and
   // Frank-Wolfe's few steps need not find: zero-bubble schedules at small M); then the game; and
   // the best mix met with memory priced.
-  const std::vector<Chain> forward_chains = ChainsOf(schedule, input.hop_ms, input.allreduce, false);
+  const std::vector<Chain> forward_chains = ChainsOf(schedule, input.allreduce, false);
   if (forward_chains.empty()) return 0.0;
   Mix best;
   const auto enough = [&](Mix mix) {
@@ -307,8 +310,9 @@ double PathLowerBound(const PathBoundInput& input) {
         memory.price = best.price;
         for (double u : best.price) priced += u * memory.Limit();
       }
-      *input.prices = LayerPrices(stages, layers, best.hops - priced,
-                                  [&](int s, int l) { return PricedLayerCost(best.c, times, memory, l, s); });
+      *input.prices = LayerPrices(
+          stages, layers, best.hops - priced, [&](int s, int l) { return PricedLayerCost(best.c, times, memory, l, s); },
+          [&](int s, int l) { return best.c[s][kH] == 0 ? 0.0 : best.c[s][kH] * input.hops.Ms(s, l); });
     }
     return best.bound;
   };
@@ -322,7 +326,7 @@ double PathLowerBound(const PathBoundInput& input) {
   });
   if (!wholes.empty() && enough(FrankWolfe(forward_chains, wholes, times, stages, input))) return done();
   if (input.game_iterations < 1 || time_up()) return done();  // (a quick bound: the runs above only)
-  const std::vector<Chain> chains = ChainsOf(schedule, input.hop_ms, input.allreduce, true);
+  const std::vector<Chain> chains = ChainsOf(schedule, input.allreduce, true);
   const std::vector<size_t> drains = EarliestPerRank(chains, schedule.num_ranks(), [](const Chain& chain) {
     return chain.back_from >= 0 && chain.to_last && !chain.reduced;
   });
@@ -330,7 +334,7 @@ double PathLowerBound(const PathBoundInput& input) {
   if (time_up()) return done();
   if (!drains.empty() && enough(FrankWolfe(chains, drains, times, stages, input))) return done();
   if (time_up()) return done();
-  const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(schedule, input.hop_ms, input.max_graph_nodes);
+  const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(schedule, input.max_graph_nodes);
   if (graph) {
     std::vector<Row> rows = {RowOf(forward_chains, {}, stages), RowOf(chains, {}, stages)};
     if (!wholes.empty()) rows.push_back(RowOf(forward_chains, wholes, stages));

@@ -9,11 +9,13 @@
 //   forward: micro-batch m's forwards through every stage and backwards through the stages after
 //   s come before it (the fill seen from the drain side: a pipeline whose ranks all hold a stage
 //   near the end waits for a whole micro-batch's forward before its first backward);
-// with the cheapest message between ranks on every hop; and the chains that end at the rank's
-// last action with its all-reduce instead of the backwards after it. A chain's length is linear in the stages'
-// forward, backward, input-gradient and weight-gradient sums, so any weighted average of chains
-// is too, and its least value over all partitions is a dynamic program over the layers (each
-// layer to a stage, stages in order, none empty). The weights are improved by Frank-Wolfe steps
+// with, on every hop between ranks, the message the boundary carries (the output of the layer
+// that ends the stage, over the quicker of the two ranks' links: BoundaryHops); and the chains
+// that end at the rank's last action with its all-reduce instead of the backwards after it. A
+// chain's length is linear in the stages' forward, backward, input-gradient and weight-gradient
+// sums and their boundaries' message times, so any weighted average of chains is too, and its
+// least value over all partitions is a dynamic program over the layers (each layer to a stage,
+// stages in order, none empty; a message priced where a stage ends). The weights are improved by Frank-Wolfe steps
 // towards the longest chain of the partition that minimized the last average. Every such
 // least value is a lower bound; the bound is the largest met.
 //
@@ -35,11 +37,13 @@
 // buffers and workspace, which only add).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <functional>
 #include <limits>
 #include <vector>
 
+#include "core/cluster.h"
 #include "core/schedule/schedule.h"
 #include "simulator/layer_table.h"
 
@@ -51,21 +55,40 @@ struct AllReduceLine {
   double ms_per_byte = 0;
 };
 
+/// The least a message across a stage boundary takes: after stage s (to stage s + 1's rank, or
+/// the gradient back), when layer l ends stage s, it carries that layer's output (`bytes[l]`;
+/// none given: 0 bytes) over the link between the two ranks, whichever way is the quicker; 0
+/// where the two stages share a rank (a V's turn).
+struct BoundaryHops {
+  std::vector<Link> forward, backward;  // per boundary s (between stages s and s + 1)
+  std::vector<char> crosses;            // per boundary: whether the stages' ranks differ
+  std::vector<double> bytes;            // per layer
+  double Ms(int s, int l) const {
+    if (static_cast<size_t>(s) >= crosses.size() || !crosses[s]) return 0.0;
+    const double b = bytes.empty() ? 0.0 : bytes[l];
+    return std::min(forward[s].TransferMs(b), backward[s].TransferMs(b));
+  }
+};
+
 /// The bound's best mix of chains (and memory prices), layer by layer: every plan that fits and
 /// puts layer l in stage s has a step of at least constant + the sum of cost(s, l) over its
-/// layers. Its least over the partitions is the bound it came from; a search prunes each subtree
-/// by its least over the partitions there (Least), which rises as stages are placed.
+/// layers and of end(s, l) over its stages but the last (stage s ending at layer l: its
+/// messages). Its least over the partitions is the bound it came from; a search prunes each
+/// subtree by its least over the partitions there (Least), which rises as stages are placed.
 class LayerPrices {
  public:
   LayerPrices() = default;
-  /// `cost(s, l)` for every stage and layer; `constant` the mix's messages less the memory priced.
-  template <typename Cost>
-  LayerPrices(int stages, int layers, double constant, const Cost& cost);
+  /// `cost(s, l)` and `end(s, l)` for every stage and layer; `constant` the mix's all-reduce time
+  /// less the memory priced.
+  template <typename Cost, typename End>
+  LayerPrices(int stages, int layers, double constant, const Cost& cost, const End& end);
 
   bool empty() const { return stages_ == 0; }
   double constant() const { return constant_; }
-  /// Layers [a, e) in stage s.
-  double StageCost(int s, int a, int e) const { return prefix_[Index(s, e)] - prefix_[Index(s, a)]; }
+  /// Layers [a, e) in stage s (and, before the last stage, the message after layer e - 1).
+  double StageCost(int s, int a, int e) const {
+    return prefix_[Index(s, e)] - prefix_[Index(s, a)] + (s + 1 < stages_ ? end_[Index(s, e - 1)] : 0.0);
+  }
   /// The least over the ways to place layers [a, L) in stages s, s + 1, ... (none empty), stage s
   /// starting at layer a; 0 for s = stages at a = layers, infinity where they cannot.
   double Rest(int s, int a) const {
@@ -80,14 +103,15 @@ class LayerPrices {
   int stages_ = 0, layers_ = 0;
   double constant_ = 0;
   std::vector<double> prefix_;  // [s][l]: the cost of layers [0, l) in stage s
+  std::vector<double> end_;     // [s][l]: end(s, l)
   std::vector<double> rest_;    // [s][a]: Rest(s, a)
 };
 
 struct PathBoundInput {
   const Schedule* schedule = nullptr;
   const LayerTable* table = nullptr;
-  /// hop_ms[s]: the least a message from stage s to s + 1 (or back) can take; 0 on one rank.
-  std::vector<double> hop_ms;
+  /// The messages across stage boundaries (none given: free).
+  BoundaryHops hops;
   /// Per rank (empty: no all-reduce): its all-reduce after its last action. The parameter bytes
   /// are per-layer sums, so a profile with tied parameters must leave the per-byte term at 0.
   std::vector<AllReduceLine> allreduce;
@@ -120,22 +144,27 @@ struct PathBoundInput {
 /// The most stages x layers LayerPrices are kept for (two tables of that many doubles).
 inline constexpr size_t kMaxLayerPrices = size_t{1} << 20;
 
-template <typename Cost>
-LayerPrices::LayerPrices(int stages, int layers, double constant, const Cost& cost)
+template <typename Cost, typename End>
+LayerPrices::LayerPrices(int stages, int layers, double constant, const Cost& cost, const End& end)
     : stages_(stages), layers_(layers), constant_(constant),
       prefix_(static_cast<size_t>(stages) * (layers + 1), 0.0),
+      end_(static_cast<size_t>(stages) * (layers + 1), 0.0),
       rest_(static_cast<size_t>(stages) * (layers + 1), std::numeric_limits<double>::infinity()) {
   for (int s = 0; s < stages; ++s) {
-    for (int l = 0; l < layers; ++l) prefix_[Index(s, l + 1)] = prefix_[Index(s, l)] + cost(s, l);
+    for (int l = 0; l < layers; ++l) {
+      prefix_[Index(s, l + 1)] = prefix_[Index(s, l)] + cost(s, l);
+      if (s + 1 < stages) end_[Index(s, l)] = end(s, l);
+    }
   }
   // in[s][l]: layers [l, L) placed, layer l in stage s (the stages after s not empty); Rest(s, a)
-  // is in[s][a]. From the last layer back: layer l + 1 stays in stage s, or opens stage s + 1.
+  // is in[s][a]. From the last layer back: layer l + 1 stays in stage s, or opens stage s + 1
+  // (stage s ending at layer l).
   std::vector<double> next(stages);  // in[.][l + 1] (unread at l = L - 1: the last layer ends a stage)
   for (int l = layers - 1; l >= 0; --l) {
     std::vector<double> here(stages, std::numeric_limits<double>::infinity());
     for (int s = 0; s < stages; ++s) {
       const double stay = l + 1 < layers ? next[s] : (s == stages - 1 ? 0.0 : std::numeric_limits<double>::infinity());
-      const double move = l + 1 < layers && s + 1 < stages ? next[s + 1] : std::numeric_limits<double>::infinity();
+      const double move = l + 1 < layers && s + 1 < stages ? end_[Index(s, l)] + next[s + 1] : std::numeric_limits<double>::infinity();
       const double after = std::min(stay, move);
       if (after < std::numeric_limits<double>::infinity()) here[s] = cost(s, l) + after;
       rest_[Index(s, l)] = here[s];

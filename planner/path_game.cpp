@@ -32,20 +32,22 @@ void Place(const MemoryPrices& memory, const std::vector<OpTimes>& times, int l,
 
 // The least over partitions of the mix's cost plus the memory's price (as above); `ends` gets the
 // partition, `stage_times` its stage times with what it recomputes, `holds` what each rank holds.
-double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes>& times, const MemoryPrices& memory,
-                   std::vector<int>* ends, std::vector<OpTimes>* stage_times, std::vector<double>* holds) {
+double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes>& times, const BoundaryHops& messages,
+                   const MemoryPrices& memory, std::vector<int>* ends, std::vector<OpTimes>* stage_times,
+                   std::vector<double>* holds) {
   const int stages = static_cast<int>(c.size()), layers = static_cast<int>(times.size());
   if (!memory.on()) {
-    const double least = LeastOverPartitions(c, times, ends) + hops;
-    *stage_times = StageTimesOf(*ends, times);
+    const double least = LeastOverPartitions(c, times, messages, ends) + hops;
+    *stage_times = StageTimesOf(*ends, times, messages);
     return least;
   }
   const auto recompute = [&](int s) { return c[s][kB] + c[s][kI]; };
   const auto layer_cost = [&](int l, int s) { return PricedLayerCost(c, times, memory, l, s); };
   double priced = 0;
   for (double u : memory.price) priced += u * memory.Limit();
-  const double least = LeastOverPartitionsOf(stages, layers, layer_cost, ends) + hops - priced;
-  *stage_times = StageTimesOf(*ends, times);
+  const auto end_cost = [&](int s, int l) { return c[s][kH] == 0 ? 0.0 : c[s][kH] * messages.Ms(s, l); };
+  const double least = LeastOverPartitionsOf(stages, layers, layer_cost, end_cost, ends) + hops - priced;
+  *stage_times = StageTimesOf(*ends, times, messages);
   holds->assign(memory.price.size(), 0.0);
   for (int s = 0, l = 0; s < stages; ++s) {
     for (; l < (*ends)[s]; ++l) {
@@ -129,7 +131,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
   std::vector<Column> columns;
   const int ranks = memory.on() ? static_cast<int>(memory.price.size()) : 0;
   const auto balanced = [&](bool recompute) {
-    Column column{StageTimesOf(ends, times), std::vector<double>(ranks, 0.0)};
+    Column column{StageTimesOf(ends, times, input.hops), std::vector<double>(ranks, 0.0)};
     for (int s = 0, l = 0; s < stages && ranks > 0; ++s) {
       for (; l < ends[s]; ++l) Place(memory, times, l, s, !recompute, &column.times, &column.holds);
     }
@@ -205,7 +207,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
     }
     // The chains' mix and the memory's prices against every partition: a bound, and the
     // partition that answers it.
-    Row weighted{Coefficients(stages, {0.0, 0.0, 0.0, 0.0, 0.0}), 0.0};
+    Row weighted{Coefficients(stages, OpTimes{}), 0.0};
     for (size_t i = 0; i < rows.size(); ++i) {
       if (solution.row[i] == 0) continue;
       if (memory_rank[i] >= 0) {
@@ -221,11 +223,11 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
       if (memory_rank[i] >= 0 && solution.row[i] == 0) memory.price[memory_rank[i]] = 0;
     }
     Column answer;
-    const double least = LeastPriced(weighted.c, weighted.hops, times, memory, &ends, &answer.times, &answer.holds);
+    const double least = LeastPriced(weighted.c, weighted.hops, times, input.hops, memory, &ends, &answer.times, &answer.holds);
     if (least > best.bound || k == 0) best = Mix{least, weighted.c, weighted.hops, memory.price};
     if (input.enough > 0 && best.bound >= input.enough) break;
     // The partitions' mix, and its longest path.
-    std::vector<OpTimes> mixed(stages, {0.0, 0.0, 0.0, 0.0, 0.0});
+    std::vector<OpTimes> mixed(stages, OpTimes{});
     for (size_t j = 0; j < columns.size(); ++j) {
       if (solution.column[j] == 0) continue;
       for (int s = 0; s < stages; ++s) {

@@ -15,8 +15,7 @@ int OpIndex(Op op) {
   }
 }
 
-std::optional<PrecedenceGraph> PrecedenceGraphOf(const Schedule& schedule, const std::vector<double>& hop_ms,
-                                                 size_t max_nodes) {
+std::optional<PrecedenceGraph> PrecedenceGraphOf(const Schedule& schedule, size_t max_nodes) {
   const int stages = schedule.num_stages(), ranks = schedule.num_ranks();
   const int64_t m = std::max(1, schedule.num_microbatches);
   // Nodes numbered rank by rank first; key (stage, micro-batch, F | B-or-I | W) -> node.
@@ -38,7 +37,7 @@ std::optional<PrecedenceGraph> PrecedenceGraphOf(const Schedule& schedule, const
   std::vector<int> node_at(static_cast<size_t>(stages) * m * 3, -1);
   for (size_t v = 0; v < n; ++v) node_at[key(stage_of[v], microbatch_of[v], kind_of(op_of[v]))] = static_cast<int>(v);
   std::vector<int> previous(n, -1), peer(n, -1);
-  std::vector<double> hop(n, 0.0);
+  std::vector<int> boundary(n, -1);
   std::vector<int> last(ranks, -1);
   for (size_t v = 0; v < n; ++v) {
     const int r = rank_of[v];
@@ -59,7 +58,7 @@ std::optional<PrecedenceGraph> PrecedenceGraphOf(const Schedule& schedule, const
         break;
     }
     if (from_stage >= 0 && peer[v] >= 0 && schedule.stage_rank[from_stage] != schedule.stage_rank[s]) {
-      hop[v] = hop_ms[std::min(from_stage, s)];
+      boundary[v] = std::min(from_stage, s);
     }
   }
   // Kahn's order.
@@ -97,14 +96,14 @@ std::optional<PrecedenceGraph> PrecedenceGraphOf(const Schedule& schedule, const
   g.op.resize(n);
   g.after_rank.resize(n);
   g.after_peer.resize(n);
-  g.peer_hop.resize(n);
+  g.peer_boundary.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const int v = order[i];
     g.stage[i] = stage_of[v];
     g.op[i] = op_of[v];
     g.after_rank[i] = previous[v] >= 0 ? position[previous[v]] : -1;
     g.after_peer[i] = peer[v] >= 0 ? position[peer[v]] : -1;
-    g.peer_hop[i] = hop[v];
+    g.peer_boundary[i] = boundary[v];
   }
   g.last.assign(ranks, -1);
   for (int r = 0; r < ranks; ++r) g.last[r] = last[r] >= 0 ? position[last[r]] : -1;
@@ -125,8 +124,9 @@ std::vector<GraphPath> LongestPaths(const PrecedenceGraph& g, const std::vector<
       start = dist[g.after_rank[v]];
       before = g.after_rank[v];
     }
-    if (g.after_peer[v] >= 0 && dist[g.after_peer[v]] + g.peer_hop[v] > start) {
-      start = dist[g.after_peer[v]] + g.peer_hop[v];
+    const double hop = g.peer_boundary[v] >= 0 ? times[g.peer_boundary[v]][kH] : 0.0;
+    if (g.after_peer[v] >= 0 && dist[g.after_peer[v]] + hop > start) {
+      start = dist[g.after_peer[v]] + hop;
       before = g.after_peer[v];
     }
     dist[v] = start + times[g.stage[v]][g.op[v]];
@@ -160,7 +160,9 @@ std::vector<GraphPath> LongestPaths(const PrecedenceGraph& g, const std::vector<
     std::fill(counts.begin(), counts.end(), 0.0);
     for (int v = g.last[r]; v >= 0; v = from[v]) {
       counts[static_cast<size_t>(g.stage[v]) * kOps + g.op[v]] += 1;
-      if (from[v] >= 0 && from[v] != g.after_rank[v]) chain.hops += g.peer_hop[v];
+      if (from[v] >= 0 && from[v] != g.after_rank[v] && g.peer_boundary[v] >= 0) {
+        counts[static_cast<size_t>(g.peer_boundary[v]) * kOps + kH] += 1;
+      }
     }
     if (reduced(r)) {
       chain.reduced = true;

@@ -40,7 +40,7 @@ Profile RandomProfile(std::mt19937& rng, int layers) {
     layer.backward_weight_ms = layer.backward_ms * (0.2 + (rng() % 6) / 10.0);
     layer.param_bytes = 1'000'000 * (1 + static_cast<int64_t>(rng() % 8));
     layer.activation_bytes = 4'000'000 * (1 + static_cast<int64_t>(rng() % 8));
-    layer.output_bytes = 1'000'000;
+    layer.output_bytes = 250'000 * (1 + static_cast<int64_t>(rng() % 8));
     profile.layers.push_back(layer);
   }
   return profile;
@@ -91,17 +91,21 @@ TEST(LayerPrices, PriceEveryPartitionAtOrBelowItsLongestPath) {
         PathBoundInput input;
         input.schedule = &*schedule;
         input.table = &table;
+        // Messages whose time depends on the layer that ends the stage: a latency per boundary and
+        // a bandwidth each way, over each layer's output.
         for (int s = 0; s + 1 < stages; ++s) {
-          const bool crosses = schedule->stage_rank[s] != schedule->stage_rank[s + 1];
-          input.hop_ms.push_back(crosses ? 0.05 + 0.1 * static_cast<double>(rng() % 5) : 0.0);
+          input.hops.crosses.push_back(schedule->stage_rank[s] != schedule->stage_rank[s + 1]);
+          const double latency = 0.05 + 0.1 * static_cast<double>(rng() % 5);
+          input.hops.forward.push_back(Link{1e6 * static_cast<double>(1 + rng() % 4), latency});
+          input.hops.backward.push_back(Link{1e6 * static_cast<double>(1 + rng() % 4), latency + 0.01});
         }
-        input.hop_ms.push_back(0.0);
+        for (int l = 0; l < layers; ++l) input.hops.bytes.push_back(table.OutputBytes(l));
         std::vector<OpTimes> times(layers);
         for (int l = 0; l < layers; ++l) {
           const double b = table.BackwardMs(l, l + 1), w = table.WeightMs(l, l + 1);
           times[l] = {table.LeastForwardMs(l, l + 1), b, b - w, w, table.ParamBytes(l, l + 1)};
         }
-        const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(*schedule, input.hop_ms, size_t{1} << 20);
+        const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(*schedule, size_t{1} << 20);
         ASSERT_TRUE(graph.has_value());
         for (int variant = 0; variant < 3; ++variant) {
           // 0: no all-reduce; 1: one after each rank's last action, affine in its bytes; 2: memory
@@ -135,10 +139,10 @@ TEST(LayerPrices, PriceEveryPartitionAtOrBelowItsLongestPath) {
             const double price = prices.constant() + Price(prices, 0, 0, ends);
             least = std::min(least, price);
             if (variant == 2) return;  // (the longest path knows no memory)
-            const std::vector<GraphPath> paths = LongestPaths(*graph, StageTimesOf(ends, times), input.allreduce, false);
+            const std::vector<GraphPath> paths = LongestPaths(*graph, StageTimesOf(ends, times, input.hops), input.allreduce, false);
             ASSERT_EQ(paths.size(), 1u);
             double longest = paths[0].hops;
-            const std::vector<OpTimes> stage_times = StageTimesOf(ends, times);
+            const std::vector<OpTimes> stage_times = StageTimesOf(ends, times, input.hops);
             for (const PathTerm& term : paths[0].body) longest += term.count * stage_times[term.stage][term.op];
             EXPECT_LE(price, longest * (1 + 1e-9)) << label;
             ++partitions;

@@ -41,9 +41,9 @@ Case Compare(ScheduleKind kind, int ranks, int chunks, int microbatches, std::mt
     c.backward_input_ms = c.backward_ms - c.backward_weight_ms;
     times[s] = {c.forward_ms, c.backward_ms, c.backward_input_ms, c.backward_weight_ms, 0.0};
   }
-  std::vector<double> hops(stages, 0.0);
+  // Each boundary's message (H) where the stages' ranks differ: the links' latency.
   for (int s = 0; s + 1 < stages; ++s) {
-    if (schedule->stage_rank[s] != schedule->stage_rank[s + 1]) hops[s] = latency_ms;
+    if (schedule->stage_rank[s] != schedule->stage_rank[s + 1]) times[s][kH] = latency_ms;
   }
   for (auto& row : costs.links) {
     for (Link& link : row) link.latency_ms = latency_ms;
@@ -53,7 +53,7 @@ Case Compare(ScheduleKind kind, int ranks, int chunks, int microbatches, std::mt
     costs.allreduce_ms.assign(ranks, allreduce_ms);
     allreduce.assign(ranks, AllReduceLine{allreduce_ms, 0.0});
   }
-  const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(*schedule, hops, size_t{1} << 20);
+  const std::optional<PrecedenceGraph> graph = PrecedenceGraphOf(*schedule, size_t{1} << 20);
   EXPECT_TRUE(graph.has_value());
   Expected<SimResult> simulated = Simulate(AddCommunication(*schedule), costs);
   EXPECT_TRUE(simulated.ok()) << simulated.status().message();
