@@ -229,7 +229,7 @@ Mix FrankWolfe(const std::vector<Chain>& chains, const std::vector<size_t>& star
     if (input.time_up && input.time_up()) break;
     // The partition's stage times, and its longest chain.
     const std::vector<OpTimes> stage_times = StageTimesOf(ends, times, input.hops);
-    prefix[0] = {0.0, 0.0, 0.0, 0.0, 0.0};
+    prefix[0] = OpTimes{};
     for (int s = 0; s < stages; ++s) {
       for (int op = 0; op < kOps; ++op) prefix[s + 1][op] = prefix[s][op] + stage_times[s][op];
     }
