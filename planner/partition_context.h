@@ -58,8 +58,9 @@ class PartitionContext {
     return p_.remat == RematPolicy::kOff ? table_.ForwardMs(a, e) : table_.LeastForwardMs(a, e);
   }
   // The bound of planner/path_bound.h over the schedule's own order of actions (its game too
-  // unless the problem asks for a quick bound), with the least message between neighbouring
-  // stages and each rank's all-reduce after its last action. (With UseShape: the shape's
+  // unless the problem asks for a quick bound), with each boundary's message (the output of the
+  // layer that ends the stage, over the quicker of the two ranks' links) and each rank's
+  // all-reduce after its last action. (With UseShape: the shape's
   // schedule; else it generates one.) `prices`, where given: the best mix's LayerPrices.
   double PathBound(LayerPrices* prices = nullptr) const;
   // Layers [a, e) as one stage: its recorded forward and backward (what the seeds balance).
