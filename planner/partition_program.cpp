@@ -36,7 +36,7 @@ double LeastOverPartitions(const Coefficients& c, const std::vector<OpTimes>& ti
     for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
     return x;
   };
-  const auto end_cost = [&](int s, int l) { return c[s][kH] == 0 ? 0.0 : c[s][kH] * hops.Ms(s, l); };
+  const auto end_cost = [&](int s, int l) { return EndCost(c, hops, s, l); };
   return LeastOverPartitionsOf(static_cast<int>(c.size()), static_cast<int>(times.size()), layer_cost, end_cost, ends);
 }
 

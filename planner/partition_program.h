@@ -32,6 +32,10 @@ struct Row {
 Row RowOf(const GraphPath& path, int stages);
 /// A row's length for stages whose op times are `stage_times`.
 double RowMs(const Row& row, const std::vector<OpTimes>& stage_times);
+/// What the mix `c` prices stage s ending at layer l at: its message (H) there.
+inline double EndCost(const Coefficients& c, const BoundaryHops& hops, int s, int l) {
+  return c[s][kH] == 0 ? 0.0 : c[s][kH] * hops.Ms(s, l);
+}
 /// The stage times of the partition whose stages end at `ends`, from per-layer `times` and the
 /// messages `hops` (H).
 std::vector<OpTimes> StageTimesOf(const std::vector<int>& ends, const std::vector<OpTimes>& times,

@@ -312,7 +312,7 @@ double PathLowerBound(const PathBoundInput& input) {
       }
       *input.prices = LayerPrices(
           stages, layers, best.hops - priced, [&](int s, int l) { return PricedLayerCost(best.c, times, memory, l, s); },
-          [&](int s, int l) { return best.c[s][kH] == 0 ? 0.0 : best.c[s][kH] * input.hops.Ms(s, l); });
+          [&](int s, int l) { return EndCost(best.c, input.hops, s, l); });
     }
     return best.bound;
   };

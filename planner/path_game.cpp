@@ -45,7 +45,7 @@ double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes
   const auto layer_cost = [&](int l, int s) { return PricedLayerCost(c, times, memory, l, s); };
   double priced = 0;
   for (double u : memory.price) priced += u * memory.Limit();
-  const auto end_cost = [&](int s, int l) { return c[s][kH] == 0 ? 0.0 : c[s][kH] * messages.Ms(s, l); };
+  const auto end_cost = [&](int s, int l) { return EndCost(c, messages, s, l); };
   const double least = LeastOverPartitionsOf(stages, layers, layer_cost, end_cost, ends) + hops - priced;
   *stage_times = StageTimesOf(*ends, times, messages);
   holds->assign(memory.price.size(), 0.0);
