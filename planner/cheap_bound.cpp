@@ -43,10 +43,11 @@ const CheapBounds::Work& CheapBounds::WorkOf(const PartitionProblem& problem) {
 const CheapBounds::Hops& CheapBounds::HopsOf(const PartitionProblem& problem) {
   const StageLayout layout = LayoutOf(problem.schedule);
   const auto key = std::make_tuple(static_cast<int>(layout), problem.ranks, problem.chunks, problem.replicas,
-                                   static_cast<int>(problem.placement), problem.tensor_parallel);
+                                   static_cast<int>(problem.placement), problem.tensor_parallel, problem.profile);
   auto it = hops_.find(key);
   if (it != hops_.end()) return it->second;
   Hops out;
+  std::vector<double> ms_per_byte;  // per boundary between ranks, both ways
   const std::vector<int> stage_rank =
       PlaceStages(problem.schedule, problem.ranks, StageCount(problem.schedule, problem.ranks, problem.chunks));
   const auto device = [&](int rank) {
@@ -58,9 +59,15 @@ const CheapBounds::Hops& CheapBounds::HopsOf(const PartitionProblem& problem) {
     const Link there = problem.cluster->LinkBetween(from, to);  // the activation
     const Link back = problem.cluster->LinkBetween(to, from);   // its gradient
     out.latency_ms += there.latency_ms + back.latency_ms;
-    out.ms_per_byte.push_back(1e3 / there.bandwidth_bytes_per_s + 1e3 / back.bandwidth_bytes_per_s);
+    ms_per_byte.push_back(1e3 / there.bandwidth_bytes_per_s + 1e3 / back.bandwidth_bytes_per_s);
   }
-  std::sort(out.ms_per_byte.rbegin(), out.ms_per_byte.rend());
+  // The boundaries carry distinct layers' outputs: at least the smallest ones, the smallest over
+  // the slowest links (the rearrangement inequality).
+  std::sort(ms_per_byte.rbegin(), ms_per_byte.rend());
+  const std::vector<double>& output_bytes = WorkOf(problem).output_bytes;
+  for (size_t b = 0; b < ms_per_byte.size() && b < output_bytes.size(); ++b) {
+    out.transfer_ms += ms_per_byte[b] * output_bytes[b];
+  }
   return hops_.emplace(key, out).first->second;
 }
 
@@ -109,13 +116,8 @@ double CheapBounds::Of(const PartitionProblem& problem) {
   const double path = (split ? std::min(work.path_full, work.path_split) : work.path_full) * scale;
   const double heaviest = (split ? work.heaviest_split : work.heaviest_full) * scale;
   const Hops& hops = HopsOf(problem);
-  // The boundaries carry distinct layers' outputs: at least the smallest ones, the smallest over
-  // the slowest links (the rearrangement inequality). (As the cost model: a message of no bytes
-  // pays its latency only, whatever the link.)
-  double messages = hops.latency_ms;
-  for (size_t b = 0; b < hops.ms_per_byte.size() && b < work.output_bytes.size(); ++b) {
-    messages += hops.ms_per_byte[b] * work.output_bytes[b] * samples;
-  }
+  // (As the cost model: a message of no bytes pays its latency only, whatever the link.)
+  const double messages = hops.latency_ms + hops.transfer_ms * samples;
   // Each bound ends on a rank's last action, which its all-reduce follows.
   return AllReduceMs(problem, work.least_param_bytes) +
          std::max({per_microbatch * problem.microbatches / problem.ranks, path + messages,

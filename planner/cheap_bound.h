@@ -44,18 +44,21 @@ class CheapBounds {
     std::optional<Calibration> calibration;
   };
   // The messages of one micro-batch's forward and backward over the stage boundaries that cross
-  // ranks: the sum of their latencies, and each boundary's ms per byte (both ways), descending.
+  // ranks: the sum of their latencies, and of their transfer times at the profile's micro-batch
+  // size (the boundaries carrying distinct layers' outputs: at least the smallest outputs, the
+  // smallest over the slowest links).
   struct Hops {
     double latency_ms = 0;
-    std::vector<double> ms_per_byte;
+    double transfer_ms = 0;
   };
   const Work& WorkOf(const PartitionProblem& problem);
   const Hops& HopsOf(const PartitionProblem& problem);
   double AllReduceMs(const PartitionProblem& problem, double bytes) const;
 
   std::map<const Profile*, Work> works_;
-  // By layout, K, chunks, D, placement, t: shared by the configurations that differ in M.
-  std::map<std::tuple<int, int, int, int, int, int>, Hops> hops_;
+  // By layout, K, chunks, D, placement, t and profile: shared by the configurations that differ
+  // in M (the profile too, unless it has several micro-batch sizes).
+  std::map<std::tuple<int, int, int, int, int, int, const Profile*>, Hops> hops_;
 };
 
 }  // namespace gpipe
