@@ -32,6 +32,8 @@ const CheapBounds::Work& CheapBounds::WorkOf(const PartitionProblem& problem) {
     out.heaviest_split = std::max(out.heaviest_split, forward + split);
     if (l + 1 < layers.size()) out.output_bytes.push_back(static_cast<double>(layer.output_bytes));
     out.least_param_bytes = std::min(out.least_param_bytes, static_cast<double>(layer.param_bytes));
+    out.param_bytes += static_cast<double>(layer.param_bytes);
+    out.activation_bytes += static_cast<double>(layer.activation_bytes);
   }
   std::sort(out.output_bytes.begin(), out.output_bytes.end());
   // The first stage's weight pass ends the last micro-batch's way back (its rank's W of it).
@@ -122,6 +124,34 @@ double CheapBounds::Of(const PartitionProblem& problem) {
   return AllReduceMs(problem, work.least_param_bytes) +
          std::max({per_microbatch * problem.microbatches / problem.ranks, path + messages,
                    heaviest * problem.microbatches});
+}
+
+double CheapBounds::Estimate(const PartitionProblem& problem) {
+  const Work& work = WorkOf(problem);
+  const double samples = static_cast<double>(problem.global_batch) /
+                         (static_cast<double>(problem.replicas) * problem.microbatches) /
+                         static_cast<double>(problem.profile->microbatch_size);
+  const bool split = SplitsBackward(problem.schedule);
+  const double k = problem.ranks, m = problem.microbatches;
+  const double v = StageCount(problem.schedule, problem.ranks, problem.chunks) / k;
+  double bubble = (k - 1) / (v * m);
+  if (split) bubble /= 2;
+  // One micro-batch's messages through every boundary (the fill and drain), and two per
+  // micro-batch on the steady state's cycle between neighbouring ranks.
+  const Hops& hops = HopsOf(problem);
+  const double messages = hops.latency_ms + hops.transfer_ms * samples;
+  const double boundaries = std::max(1.0, k * v - 1);
+  double step = (split ? work.work_split : work.work_full) * samples * m / k * (1 + bubble) + messages +
+                m * messages / boundaries;
+  const double limit = problem.memory_limit_bytes;
+  if (limit > 0) {
+    const double state = StaticBytesPerParamByte(problem.optimizer, problem.profile->dtype,
+                                                 problem.sharded_optimizer ? problem.replicas : 1) *
+                         work.param_bytes / k;
+    if (state > limit) return std::numeric_limits<double>::infinity();
+    if (state + work.activation_bytes * samples > limit) step *= 4.0 / 3.0;
+  }
+  return step + AllReduceMs(problem, work.param_bytes / k);
 }
 
 }  // namespace gpipe

@@ -31,6 +31,14 @@ class CheapBounds {
  public:
   /// A lower bound on the step of every plan of `problem` (one of the search's configurations).
   double Of(const PartitionProblem& problem);
+  /// A rough guess at `problem`'s best step, for picking which configurations to try first when
+  /// no search has found a plan: the work spread over the ranks, stretched by the bubble of equal
+  /// stages ((K - 1) / (v M), halved for the zero-bubble kinds) and by a third where the model
+  /// state and one stage's worth of K micro-batches' activations pass the memory (remat); plus one
+  /// micro-batch's messages through every boundary and two messages per micro-batch, and the
+  /// all-reduce of a rank's share of the parameters; infinity where the model state alone passes
+  /// the memory. Not a bound.
+  double Estimate(const PartitionProblem& problem);
 
  private:
   // What the bound reads of a profile, the same for every configuration that shares it, per
@@ -41,6 +49,7 @@ class CheapBounds {
     double heaviest_full = 0, heaviest_split = 0;  // the largest layer's work
     std::vector<double> output_bytes;            // of the layers whose output can be sent, ascending
     double least_param_bytes = 0;
+    double param_bytes = 0, activation_bytes = 0;  // every layer's, at the profile's micro-batch size
     std::optional<Calibration> calibration;
   };
   // The messages of one micro-batch's forward and backward over the stage boundaries that cross

@@ -96,6 +96,7 @@ double PartitionContext::PathBound(LayerPrices* prices) const {
   input.hops.forward = forward_link_;
   input.hops.backward = backward_link_;
   for (int l = 0; l < layers_; ++l) input.hops.bytes.push_back(table_.OutputBytes(l));
+  input.hops.Tabulate();
   if (p_.replicas > 1) {
     for (int r = 0; r < p_.ranks; ++r) {
       // The ring model is affine in the bytes; a measured curve need not be: nothing then.

@@ -47,36 +47,45 @@ std::vector<OpTimes> StageTimesOf(const std::vector<int>& ends, const std::vecto
 template <typename LayerCost, typename EndCost>
 double LeastOverPartitionsOf(int stages, int layers, const LayerCost& layer_cost, const EndCost& end_cost,
                              std::vector<int>* ends) {
-  // cost[l][s]: layers 0..l assigned, layer l in stage s; from[l][s]: whether layer l - 1 was in
-  // stage s - 1 (a new stage starts at l).
+  // cost[s]: layers 0..l assigned, layer l in stage s (one row of layers at a time: `prev` holds
+  // layer l - 1's); from[l x stages + s]: whether layer l - 1 was in stage s - 1 (a new stage
+  // starts at l).
   constexpr double kInfinity = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> cost(layers, std::vector<double>(stages, kInfinity));
-  std::vector<std::vector<char>> from(layers, std::vector<char>(stages, 0));
-  cost[0][0] = layer_cost(0, 0);
+  std::vector<double> prev(stages, kInfinity), cost(stages, kInfinity);
+  std::vector<char> from(static_cast<size_t>(layers) * static_cast<size_t>(stages), 0);
+  cost[0] = layer_cost(0, 0);
   for (int l = 1; l < layers; ++l) {
+    prev.swap(cost);
     // Stage s can hold layer l only if stages 0..s-1 hold at least s layers and s+1.. the rest.
     const int lo = std::max(0, stages - (layers - l));
     const int hi = std::min(stages - 1, l);
+    // (the next row reads this one's cells from lo - 1 to hi + 1; those outside stay infinite)
+    if (lo > 0) cost[lo - 1] = kInfinity;
+    if (hi + 1 < stages) cost[hi + 1] = kInfinity;
+    char* started_at = from.data() + static_cast<size_t>(l) * static_cast<size_t>(stages);
     for (int s = lo; s <= hi; ++s) {
-      double best = cost[l - 1][s];
+      double best = prev[s];
       char started = 0;
-      if (s > 0 && cost[l - 1][s - 1] < kInfinity) {
-        const double start = cost[l - 1][s - 1] + end_cost(s - 1, l - 1);
+      if (s > 0 && prev[s - 1] < kInfinity) {
+        const double start = prev[s - 1] + end_cost(s - 1, l - 1);
         if (start < best) {
           best = start;
           started = 1;
         }
       }
-      if (best == kInfinity) continue;
-      cost[l][s] = best + layer_cost(l, s);
-      from[l][s] = started;
+      if (best == kInfinity) {
+        cost[s] = kInfinity;
+        continue;
+      }
+      cost[s] = best + layer_cost(l, s);
+      started_at[s] = started;
     }
   }
-  const double least = cost[layers - 1][stages - 1];
+  const double least = cost[stages - 1];
   if (ends != nullptr) {
     ends->assign(stages, layers);
     for (int l = layers - 1, s = stages - 1; l > 0; --l) {
-      if (from[l][s]) {
+      if (from[static_cast<size_t>(l) * static_cast<size_t>(stages) + s]) {
         (*ends)[s - 1] = l;
         --s;
       }

@@ -269,6 +269,26 @@ std::vector<size_t> EarliestPerRank(const std::vector<Chain>& chains, int ranks,
 
 }  // namespace
 
+void BoundaryHops::Tabulate() {
+  pair_.assign(crosses.size(), -1);
+  table_.clear();
+  if (bytes.empty()) return;
+  const auto same = [](const Link& a, const Link& b) {
+    return a.latency_ms == b.latency_ms && a.bandwidth_bytes_per_s == b.bandwidth_bytes_per_s;
+  };
+  std::vector<size_t> pairs;  // a boundary of each distinct pair
+  for (size_t s = 0; s < crosses.size(); ++s) {
+    if (!crosses[s]) continue;
+    const auto it = std::find_if(pairs.begin(), pairs.end(), [&](size_t t) {
+      return same(forward[t], forward[s]) && same(backward[t], backward[s]);
+    });
+    pair_[s] = static_cast<int>(it - pairs.begin());
+    if (it != pairs.end()) continue;
+    pairs.push_back(s);
+    for (const double b : bytes) table_.push_back(std::min(forward[s].TransferMs(b), backward[s].TransferMs(b)));
+  }
+}
+
 std::vector<int> LayerPrices::LeastPartition() const {
   std::vector<int> ends(stages_, layers_);
   for (int l = 0, s = 0; l + 1 < layers_ && s + 1 < stages_; ++l) {

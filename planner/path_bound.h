@@ -63,11 +63,19 @@ struct BoundaryHops {
   std::vector<Link> forward, backward;  // per boundary s (between stages s and s + 1)
   std::vector<char> crosses;            // per boundary: whether the stages' ranks differ
   std::vector<double> bytes;            // per layer
+  /// Once the fields above are set: Ms read from a table per distinct pair of links and layer
+  /// (the dynamic programs ask for it at every cell; a cluster has few kinds of link).
+  void Tabulate();
   double Ms(int s, int l) const {
     if (static_cast<size_t>(s) >= crosses.size() || !crosses[s]) return 0.0;
+    if (!table_.empty()) return table_[static_cast<size_t>(pair_[s]) * bytes.size() + static_cast<size_t>(l)];
     const double b = bytes.empty() ? 0.0 : bytes[l];
     return std::min(forward[s].TransferMs(b), backward[s].TransferMs(b));
   }
+
+ private:
+  std::vector<int> pair_;      // per boundary: its row of the table
+  std::vector<double> table_;  // [pair][layer]
 };
 
 /// The bound's best mix of chains (and memory prices), layer by layer: every plan that fits and

@@ -56,6 +56,10 @@ std::string FormatPlanReport(const SearchRequest& request, const SearchResult& r
   out += "searched " + std::to_string(result.searched) + " of " + std::to_string(result.configurations) +
          " configurations (" + std::to_string(result.skipped_by_bound) + " ruled out by a lower bound" +
          (result.bounds_raised > 0 ? "; " + std::to_string(result.bounds_raised) + " lower bounds raised after" : "") +
+         (result.dives > 0 ? "; the first plans of " + std::to_string(result.dives) +
+                                 " tried ahead of their turn, none found by " +
+                                 Format("%.0f", kDiveAfter * 100) + "% of the time limit"
+                           : "") +
          ") in " +
          Format("%.2f", seconds) + " s; " +
          (!result.best && result.stopped_by_time

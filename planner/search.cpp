@@ -29,6 +29,10 @@ constexpr double kAlternatives = 1.25;
 // The share of the time limit the searches of configurations get; the rest raises the least
 // lower bounds.
 constexpr double kSearchShare = 0.9;
+// With no plan found by kDiveAfter of the time limit (search.h), configurations' seeds are tried
+// in the order of CheapBounds::Estimate, until kDives plans or this share of the limit.
+constexpr size_t kDives = 4;
+constexpr double kDiveUntil = 0.3;
 
 bool ProfileHasWeightTimes(const Profile& profile) {
   return std::all_of(profile.layers.begin(), profile.layers.end(),
@@ -266,10 +270,8 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     }
   };
   std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue;
-  {
-    CheapBounds cheap;
-    for (size_t i = 0; i < problems.size(); ++i) queue.push({cheap.Of(problems[i]), 0, i});
-  }
+  CheapBounds cheap;
+  for (size_t i = 0; i < problems.size(); ++i) queue.push({cheap.Of(problems[i]), 0, i});
   std::vector<std::string> hows = {" (not searched yet)"};
 
   // Every configuration's share of the lower bound: what its search proved, or, while it waits in
@@ -364,8 +366,42 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       }
     }
   };
+  // When the queue's order has found no plan by a share of the limit (thousands of
+  // configurations whose bounds are weak, each bound a second at a thousand layers): the first
+  // plans of the few configurations CheapBounds::Estimate likes best, each its search's seed
+  // alone (no bound computed), so that what is left has a plan to prune against and the user a
+  // plan of the right shape.
+  const std::function<bool()> dive_time_up = DeadlineOf(request, kDiveAfter);
+  const std::function<bool()> dive_over = DeadlineOf(request, kDiveUntil);
+  bool dived = false;
+  const auto Dive = [&]() -> Status {
+    dived = true;
+    std::vector<std::pair<double, size_t>> guesses;
+    for (size_t i = 0; i < problems.size(); ++i) {
+      const double guess = cheap.Estimate(problems[i]);
+      if (std::isfinite(guess)) guesses.emplace_back(guess, i);
+    }
+    std::sort(guesses.begin(), guesses.end());
+    size_t plans = 0;
+    for (size_t k = 0; k < guesses.size() && plans < kDives && !dive_over(); ++k) {
+      PartitionProblem& problem = problems[guesses[k].second];
+      const PartitionProblem saved = problem;
+      problem.root_bound_ms = cheap.Of(problem);  // (any bound: the seed does not need it)
+      problem.max_nodes = 1;
+      problem.cutoff_ms = kInfinity;
+      problem.quick_bound = false;
+      Expected<PartitionResult> seed = FindBestPartition(problem);
+      problem = saved;
+      ++out.dives;
+      if (!seed.ok() || !seed->plan) continue;
+      ++plans;
+      GPIPE_RETURN_IF_ERROR(keep(*seed));
+    }
+    return Status::Ok();
+  };
   auto last_report = std::chrono::steady_clock::now();
   while (!queue.empty()) {
+    if (!dived && !std::isfinite(best) && dive_time_up()) GPIPE_RETURN_IF_ERROR(Dive());
     if (!least_memory_tried && !std::isfinite(best) && half_time_up()) OfferLeastMemory();
     const Entry entry = queue.top();
     if (request.target_gap > 0 && Gap(best, std::min(done.empty() ? kInfinity : done.top().bound, entry.bound)) <=

@@ -84,6 +84,10 @@ struct Candidate {
   bool proven_optimal = true;
 };
 
+/// The share of the time limit after which a search that has found no plan tries the first
+/// plans of the configurations CheapBounds::Estimate ranks first, ahead of the queue's order.
+inline constexpr double kDiveAfter = 0.15;
+
 struct SearchResult {
   /// The fastest plan that fits, if any.
   std::optional<Candidate> best;
@@ -95,6 +99,9 @@ struct SearchResult {
   size_t skipped_by_bound = 0;
   /// Lower bounds raised after the searches (the least configurations' full bounds).
   size_t bounds_raised = 0;
+  /// Configurations whose first plan was tried out of the queue's order, no search having found
+  /// one in time (SearchPlans' dive).
+  size_t dives = 0;
   /// Configurations left out for putting more ranks on a node than it computes at once
   /// (SearchRequest::oversubscribe), and that count of ranks (0: none left out).
   size_t oversubscribed = 0;

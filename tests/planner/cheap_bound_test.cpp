@@ -96,5 +96,37 @@ TEST(CheapBound, NoPlanOfAConfigurationIsFasterThanItsBound) {
   EXPECT_GE(checked.tightest, 0.98);
 }
 
+// The estimate the search tries seeds by when its queue finds no plan in time skips only
+// configurations where no plan fits: infinite where the average rank's model state alone passes
+// the memory, so some rank's does. Brute force over every plan, memories from roomy to a few
+// layers' worth.
+TEST(CheapBound, TheEstimateSkipsOnlyConfigurationsWhereNothingFits) {
+  std::mt19937 rng(53);
+  int skipped = 0, kept = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    SearchRequest request = SmallRequest(rng, 5);
+    request.optimizer = trial % 2 == 0 ? Optimizer::kAdam : Optimizer::kSgd;
+    request.cluster.device_memory_bytes = int64_t{6'000'000} * (1 + trial * 3);
+    CheapBounds bounds;
+    for (const PartitionProblem& problem : Configurations(request)) {
+      if (std::isfinite(bounds.Estimate(problem))) {
+        ++kept;
+        continue;
+      }
+      ++skipped;
+      bool fits = false;
+      brute::ForEveryPlan(PlanSkeleton(problem), problem.ranks, problem.ranks * problem.chunks, problem.remat,
+                          [&](const Plan& plan) {
+                            Expected<Candidate> c = Evaluate(plan, true);
+                            fits = fits || (c.ok() && c->peak_memory_bytes <= problem.memory_limit_bytes);
+                          });
+      EXPECT_FALSE(fits) << "trial " << trial << ": " << ScheduleName(problem.schedule) << " K=" << problem.ranks
+                         << " D=" << problem.replicas << " M=" << problem.microbatches;
+    }
+  }
+  EXPECT_GE(skipped, 20);
+  EXPECT_GE(kept, 20);
+}
+
 }  // namespace
 }  // namespace gpipe

@@ -387,5 +387,37 @@ TEST(Search, TheReportReusesTheSearchsLeastMemoryPlanWhereItPricesTheSame) {
   EXPECT_GE(own, 2);
 }
 
+// With 15-30% of the time limit gone and no plan yet, the search first tries the seeds of the
+// configurations CheapBounds::Estimate ranks first (dives), then goes on as before: with the
+// clock standing still it ends where the search without them does, the same best step, proven
+// the same. (A clock the test sets.)
+TEST(Search, SeedsTriedFirstWhenLateLeaveTheResultAsItWas) {
+  std::mt19937 rng(59);
+  int dived = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    SearchRequest request = SmallRequest(rng, 6);
+    request.cluster.devices = 4 + 4 * (trial % 2);
+    double now = 0;
+    request.clock = [&now] { return now; };
+    request.time_limit_s = 10;
+    Expected<SearchResult> plain = SearchPlans(request);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(plain->dives, 0u) << "trial " << trial << ": the clock stood at the start";
+    request.started_at_s = -2;  // 20% gone
+    Expected<SearchResult> late = SearchPlans(request);
+    ASSERT_TRUE(late.ok());
+    ASSERT_EQ(plain->best.has_value(), late->best.has_value()) << "trial " << trial;
+    dived += late->dives > 0;
+    if (!plain->best) continue;
+    EXPECT_DOUBLE_EQ(late->best->step_time_ms, plain->best->step_time_ms) << "trial " << trial;
+    EXPECT_EQ(late->proven_optimal, plain->proven_optimal) << "trial " << trial;
+    request.started_at_s = -4;  // 40% gone: past the dives' share, none
+    Expected<SearchResult> later = SearchPlans(request);
+    ASSERT_TRUE(later.ok());
+    EXPECT_EQ(later->dives, 0u) << "trial " << trial;
+  }
+  EXPECT_GE(dived, 4);
+}
+
 }  // namespace
 }  // namespace gpipe
