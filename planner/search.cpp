@@ -6,9 +6,11 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 #include <queue>
 #include <string>
+#include <tuple>
 
 #include "core/schedule/placement.h"
 #include "core/schedule/validate.h"
@@ -30,8 +32,9 @@ constexpr double kAlternatives = 1.25;
 // lower bounds.
 constexpr double kSearchShare = 0.9;
 // With no plan found by kDiveAfter of the time limit (search.h), configurations' seeds are tried
-// in the order of CheapBounds::Estimate, until kDives plans or this share of the limit.
-constexpr size_t kDives = 4;
+// by CheapBounds::Estimate (each schedule's best first), until kDives plans or this share of the
+// limit.
+constexpr size_t kDives = 8;
 constexpr double kDiveUntil = 0.3;
 
 bool ProfileHasWeightTimes(const Profile& profile) {
@@ -381,10 +384,16 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
       const double guess = cheap.Estimate(problems[i]);
       if (std::isfinite(guess)) guesses.emplace_back(guess, i);
     }
+    // By the estimate, but each schedule's best before any schedule's second (and so on): where
+    // memory is tight, the kinds that hold fewer activations have the seeds that fit.
     std::sort(guesses.begin(), guesses.end());
+    std::map<ScheduleKind, size_t> taken;
+    std::vector<std::tuple<size_t, double, size_t>> order;  // (its rank in its schedule, guess, index)
+    for (const auto& [guess, i] : guesses) order.emplace_back(taken[problems[i].schedule]++, guess, i);
+    std::sort(order.begin(), order.end());
     size_t plans = 0;
-    for (size_t k = 0; k < guesses.size() && plans < kDives && !dive_over(); ++k) {
-      PartitionProblem& problem = problems[guesses[k].second];
+    for (size_t k = 0; k < order.size() && plans < kDives && !dive_over(); ++k) {
+      PartitionProblem& problem = problems[std::get<2>(order[k])];
       const PartitionProblem saved = problem;
       problem.root_bound_ms = cheap.Of(problem);  // (any bound: the seed does not need it)
       problem.max_nodes = 1;
