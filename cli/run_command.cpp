@@ -67,7 +67,7 @@ class RunCommand : public Command {
     app.add_option("--nnodes", nnodes_, "Machines in the job (run one launcher on each)")->check(CLI::Range(1, 1 << 16));
     app.add_option("--node-rank", node_rank_, "This machine's index among --nnodes")->check(CLI::Range(0, 1 << 16));
     app.add_option("--master-addr", master_addr_, "Where rank 0 serves the rendezvous (default 127.0.0.1: loopback only)");
-    app.add_option("--master-port", master_port_, "Its port (default: a free one, single node only)")->check(CLI::Range(1, 65535));
+    app.add_option("--master-port", master_port_, "Its port (default: a free one below the ports the kernel hands out itself, single node only)")->check(CLI::Range(1, 65535));
     app.footer(
         "Examples:\n"
         "  gpipe-plan run build/tiny-gpt-plan.json --model models/tiny-gpt.json --steps 20 --record run.json\n"

@@ -19,6 +19,7 @@
 #include <map>
 #include <optional>
 #include <ostream>
+#include <random>
 #include <thread>
 
 extern char** environ;
@@ -60,20 +61,51 @@ std::string SelfExecutable() {
   return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string("gpipe-plan");
 }
 
-int FreeLoopbackPort() {
+namespace {
+
+// Whether nothing listens on or holds loopback's `port` now (0: any free port; `*bound` gets it).
+bool BindsOnLoopback(int port, int* bound) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 29500;
+  if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   socklen_t len = sizeof(addr);
-  int port = 29500;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (ok && bound != nullptr) *bound = ntohs(addr.sin_port);
   close(fd);
+  return ok;
+}
+
+}  // namespace
+
+std::pair<int, int> EphemeralPorts() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int lo = 32768, hi = 60999;  // (Linux's default)
+  if (in >> lo >> hi && lo > 0 && lo <= hi) return {lo, hi};
+  return {32768, 60999};
+}
+
+int FreeLoopbackPort() {
+  // Below the range the kernel hands out by itself: rank 0 listens on the port a moment after
+  // this check, and meanwhile every outgoing connection and every listener on port 0 (Gloo's
+  // pairs, other jobs' ranks) takes a port from that range, so one picked there can be gone
+  // by then ("Address already in use": seen with two jobs on one machine).
+  const int first = kFirstRendezvousPort, last = EphemeralPorts().first - 1;
+  if (last - first >= 100) {
+    std::random_device seed;
+    std::mt19937 rng(seed());
+    const int span = last - first + 1;
+    const int start = static_cast<int>(rng() % static_cast<unsigned>(span));
+    for (int i = 0; i < std::min(span, 1000); ++i) {
+      const int port = first + (start + i) % span;
+      if (BindsOnLoopback(port, nullptr)) return port;
+    }
+  }
+  int port = 29500;
+  BindsOnLoopback(0, &port);
   return port;
 }
 

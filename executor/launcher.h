@@ -10,6 +10,7 @@
 #include <iosfwd>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpipe::executor {
@@ -35,7 +36,14 @@ std::map<std::string, std::string> EnvironmentMap();
 /// The path of this program (for starting ranks of it).
 std::string SelfExecutable();
 
-/// A TCP port free on loopback now, for a single-node job not given one (29500 if none is found).
+/// The ports the kernel hands out by itself (ip_local_port_range; Linux's default 32768-60999
+/// where it cannot be read).
+std::pair<int, int> EphemeralPorts();
+/// The lowest port FreeLoopbackPort picks.
+inline constexpr int kFirstRendezvousPort = 20000;
+/// A TCP port free on loopback now, for a single-node job not given one: picked at random from
+/// kFirstRendezvousPort to below EphemeralPorts() (where none is free or that range is too
+/// narrow, one the kernel gives; 29500 if none is found).
 int FreeLoopbackPort();
 
 /// The environment a rank is started with, as NAME=value strings (added to the launcher's own).
