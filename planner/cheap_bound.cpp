@@ -73,6 +73,12 @@ const CheapBounds::Hops& CheapBounds::HopsOf(const PartitionProblem& problem) {
   return hops_.emplace(key, out).first->second;
 }
 
+double CheapBounds::MessagesMs(const PartitionProblem& problem, double samples) {
+  const Hops& hops = HopsOf(problem);
+  // (As the cost model: a message of no bytes pays its latency only, whatever the link.)
+  return hops.latency_ms + hops.transfer_ms * samples;
+}
+
 double CheapBounds::AllReduceMs(const PartitionProblem& problem, double bytes) const {
   const Cluster& cluster = *problem.cluster;
   const int replicas = problem.replicas;
@@ -104,9 +110,7 @@ double CheapBounds::Of(const PartitionProblem& problem) {
   // Activations and messages scale with the samples per micro-batch; times also by the
   // calibrated compute scale of the ranks that share a node (under core sharing the stage times
   // carry one rank's factor, and sharing only slows them).
-  const double samples = static_cast<double>(problem.global_batch) /
-                         (static_cast<double>(problem.replicas) * problem.microbatches) /
-                         static_cast<double>(problem.profile->microbatch_size);
+  const double samples = ProfileScale(problem);
   double scale = samples;
   if (work.calibration) {
     const int per_node = RanksPerNode(*problem.cluster, problem.ranks, problem.replicas, problem.tensor_parallel);
@@ -117,9 +121,7 @@ double CheapBounds::Of(const PartitionProblem& problem) {
   const double per_microbatch = (split ? work.work_split : work.work_full) * scale;
   const double path = (split ? std::min(work.path_full, work.path_split) : work.path_full) * scale;
   const double heaviest = (split ? work.heaviest_split : work.heaviest_full) * scale;
-  const Hops& hops = HopsOf(problem);
-  // (As the cost model: a message of no bytes pays its latency only, whatever the link.)
-  const double messages = hops.latency_ms + hops.transfer_ms * samples;
+  const double messages = MessagesMs(problem, samples);
   // Each bound ends on a rank's last action, which its all-reduce follows.
   return AllReduceMs(problem, work.least_param_bytes) +
          std::max({per_microbatch * problem.microbatches / problem.ranks, path + messages,
@@ -128,9 +130,7 @@ double CheapBounds::Of(const PartitionProblem& problem) {
 
 double CheapBounds::Estimate(const PartitionProblem& problem) {
   const Work& work = WorkOf(problem);
-  const double samples = static_cast<double>(problem.global_batch) /
-                         (static_cast<double>(problem.replicas) * problem.microbatches) /
-                         static_cast<double>(problem.profile->microbatch_size);
+  const double samples = ProfileScale(problem);
   const bool split = SplitsBackward(problem.schedule);
   const double k = problem.ranks, m = problem.microbatches;
   const double v = StageCount(problem.schedule, problem.ranks, problem.chunks) / k;
@@ -138,8 +138,7 @@ double CheapBounds::Estimate(const PartitionProblem& problem) {
   if (split) bubble /= 2;
   // One micro-batch's messages through every boundary (the fill and drain), and two per
   // micro-batch on the steady state's cycle between neighbouring ranks.
-  const Hops& hops = HopsOf(problem);
-  const double messages = hops.latency_ms + hops.transfer_ms * samples;
+  const double messages = MessagesMs(problem, samples);
   const double boundaries = std::max(1.0, k * v - 1);
   double step = (split ? work.work_split : work.work_full) * samples * m / k * (1 + bubble) + messages +
                 m * messages / boundaries;

@@ -62,6 +62,8 @@ class CheapBounds {
   };
   const Work& WorkOf(const PartitionProblem& problem);
   const Hops& HopsOf(const PartitionProblem& problem);
+  // One micro-batch's messages (HopsOf) at `samples` times the profile's micro-batch size.
+  double MessagesMs(const PartitionProblem& problem, double samples);
   double AllReduceMs(const PartitionProblem& problem, double bytes) const;
 
   std::map<const Profile*, Work> works_;

@@ -85,6 +85,13 @@ struct PartitionProblem {
   ShapeCache* shapes = nullptr;
 };
 
+/// The samples of one micro-batch over the profile's micro-batch size: what the profile's
+/// per-layer times and bytes are scaled by for `problem`.
+inline double ProfileScale(const PartitionProblem& problem) {
+  return static_cast<double>(problem.global_batch) / (static_cast<double>(problem.replicas) * problem.microbatches) /
+         static_cast<double>(problem.profile->microbatch_size);
+}
+
 struct PartitionResult {
   /// The best plan (absent when nothing fits).
   std::optional<Plan> plan;

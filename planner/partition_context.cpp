@@ -13,9 +13,7 @@ namespace gpipe::partition_internal {
 PartitionContext::PartitionContext(const PartitionProblem& problem)
     : p_(problem),
       calibration_(EffectiveCalibration(*problem.profile, *problem.cluster, problem.optimizer)),
-      table_(*problem.profile, static_cast<double>(problem.global_batch) /
-                                   (static_cast<double>(problem.replicas) * problem.microbatches) /
-                                   static_cast<double>(problem.profile->microbatch_size),
+      table_(*problem.profile, ProfileScale(problem),
              problem.optimizer, calibration_ ? &*calibration_ : nullptr,
              CoreSharingOf(*problem.profile, *problem.cluster, calibration_ ? &*calibration_ : nullptr,
                            RanksPerNode(*problem.cluster, problem.ranks, problem.replicas, problem.tensor_parallel),
