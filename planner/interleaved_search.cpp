@@ -64,6 +64,15 @@ bool InterleavedSearch::MemoryCanFit() const {
 
 Expected<PartitionResult> InterleavedSearch::Run() {
   UseShape();
+  layer_work_.resize(layers_);
+  for (int l = 0; l < layers_; ++l) layer_work_[l] = BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1);
+  least_work_from_.assign(layers_, kInfinity);
+  for (int l = layers_ - 2; l >= 0; --l) least_work_from_[l] = std::min(least_work_from_[l + 1], layer_work_[l]);
+  stages_after_.assign(stages_, std::vector<int>(p_.ranks, 0));
+  for (int s = stages_ - 2; s >= 0; --s) {
+    stages_after_[s] = stages_after_[s + 1];
+    ++stages_after_[s][stage_rank_[s + 1]];
+  }
   best_ = p_.cutoff_ms;
   if (!MemoryCanFit()) return Finish(kInfinity);  // proven: nothing fits
   // A caller's key stands for the root bound (a search of many configurations computes the full
@@ -108,6 +117,19 @@ void InterleavedSearch::Dfs(int s, int a) {
     if (!PricesAdmit(s, a, e)) continue;
     ends_[s] = e;
     const double work = BoundForwardMs(a, e) + table_.BackwardMs(a, e);
+    // Whole layers dealt to the ranks still to get stages (what the spread work does not see),
+    // before the memory's recompute (which only adds). It grows with e while this rank gets
+    // stages later (a layer it takes could have gone to any of them; the rest weigh no less).
+    double level = 0;
+    if (p_.whole_layer_level && s + 1 < stages_) {
+      rank_work_[rank] += work;
+      level = m * WholeLayerLevel(s, e);
+      rank_work_[rank] -= work;
+      if (level >= Cutoff()) {
+        if (stages_after_[s][rank] > 0) break;
+        continue;
+      }
+    }
     // Stages 0..K-1 are on ranks 0..K-1 in a loop and in a V alike. With split backwards the
     // tail is of input gradients (B - W, as the contiguous search bounds I), and it follows the
     // rank's forwards and input gradients only: its W passes may run meanwhile.
@@ -117,6 +139,7 @@ void InterleavedSearch::Dfs(int s, int a) {
       tail_[s + 1] = tail_[s] + (split_ ? table_.BackwardMs(a, e) - table_.WeightMs(a, e) : table_.BackwardMs(a, e));
     }
     const double static_bytes = table_.StaticBytes(a, e);
+    const double params = table_.ParamBytes(a, e);
     const double activation = table_.ActivationBytes(a, e);
     // A tied parameter in this chunk and an earlier one of the rank is held once.
     const double shared = table_.has_tied_parameters() ? table_.SharedStaticBytes(RankLayers(rank, s, a, e)) : 0.0;
@@ -136,13 +159,18 @@ void InterleavedSearch::Dfs(int s, int a) {
     rank_work_[rank] += work + forced;
     rank_input_work_[rank] += input_work + forced;
     rank_static_[rank] += static_bytes;
+    rank_params_[rank] += params;
     const double previous_activation = rank_activation_[rank];
     rank_activation_[rank] = std::max(previous_activation, activation);
     double bound = average + m * std::accumulate(rank_recompute_.begin(), rank_recompute_.end(), 0.0) / p_.ranks;
     for (int r = 0; r < p_.ranks && r <= s; ++r) {
-      bound = std::max(bound, split_ ? std::max(head_[r] + m * rank_work_[r], head_[r] + m * rank_input_work_[r] + tail_[r])
-                                     : head_[r] + m * rank_work_[r] + tail_[r]);
+      // (A tied parameter may be held by several of the rank's chunks: none of its bytes counted.)
+      const double after_last = AfterLastActionMs(r, table_.has_tied_parameters() ? 0.0 : rank_params_[r]);
+      bound = std::max(bound, split_ ? std::max(head_[r] + m * rank_work_[r] + after_last,
+                                                head_[r] + m * rank_input_work_[r] + tail_[r])
+                                     : std::max(head_[r] + m * rank_work_[r] + tail_[r], head_[r] + m * rank_work_[r] + after_last));
     }
+    bound = std::max(bound, level);
     if (bound < Cutoff()) {
       const double priced = prices_.empty() ? 0.0 : prices_.StageCost(s, a, e);
       priced_ += priced;
@@ -157,9 +185,44 @@ void InterleavedSearch::Dfs(int s, int a) {
     rank_input_work_[rank] -= input_work + forced;
     rank_recompute_[rank] = previous_recompute;
     rank_static_[rank] -= static_bytes;
+    rank_params_[rank] -= params;
     rank_activation_[rank] = previous_activation;
     if (m * (rank_work_[rank] + work) >= Cutoff()) break;  // grows with e
   }
+}
+
+double InterleavedSearch::WholeLayerLevel(int s, int e) const {
+  const int last_rank = stage_rank_[stages_ - 1];
+  const int free_layers = layers_ - 1 - e;  // [e, L - 1): the last layer is the last stage's
+  const double least = free_layers > 0 ? least_work_from_[e] : 0.0;
+  std::vector<double>& loads = level_scratch_;
+  loads.clear();
+  int left = free_layers;
+  double highest = 0;
+  for (int r = 0; r < p_.ranks; ++r) {
+    const int stages = stages_after_[s][r];
+    if (stages == 0) continue;  // its work is final: the per-rank terms count it
+    // Each of its stages after s holds a layer: the last stage may hold only the last layer.
+    const int must = stages - (r == last_rank ? 1 : 0);
+    const double load = rank_work_[r] + (r == last_rank ? layer_work_[layers_ - 1] : 0.0) + must * least;
+    left -= must;
+    loads.push_back(load);
+    highest = std::max(highest, load);
+  }
+  if (left <= 0 || least <= 0) return highest;
+  // The least level T at which the ranks take the `left` layers of `least` work each: the
+  // smallest T with sum over ranks of floor((T - load) / least) >= left.
+  const auto taken = [&](double level) {
+    int64_t n = 0;
+    for (double load : loads) n += level >= load ? static_cast<int64_t>((level - load) / least * (1 + 1e-12)) : 0;
+    return n;
+  };
+  double lo = highest, hi = highest + left * least;
+  for (int i = 0; i < 60 && hi - lo > 1e-9 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (taken(mid) >= left ? hi : lo) = mid;
+  }
+  return lo;
 }
 
 StageCost InterleavedSearch::MemoryFloor(int a, int e, bool remat) const {

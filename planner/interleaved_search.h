@@ -61,6 +61,12 @@ class InterleavedSearch : public BranchAndBound {
   // recomputed activations fit at every moment of the memory walk
   // (MemoryFrontier::LeastStashPeakBytes); infinity where none does.
   double LeastRecomputeMs(int rank, int s, double static_bytes) const;
+  // With stages up to s placed, the last ending at layer e: the least per-micro-batch work the
+  // busiest rank can end with when the layers after e are dealt whole to the ranks of the stages
+  // after s (each of those stages at least one layer, the last layer to the last stage's rank),
+  // counting each of them but the last as the least of them (exact where they are equal, as a
+  // transformer's blocks, and what the work spread evenly does not see).
+  double WholeLayerLevel(int s, int e) const;
 
   // Work, static bytes and the largest chunk activation placed per rank; the first round's
   // forwards and backwards before each rank (head_[r], tail_[r]).
@@ -79,6 +85,13 @@ class InterleavedSearch : public BranchAndBound {
   // Per rank, its LeastRecomputeMs so far (in rank_work_ and rank_input_work_ too).
   std::vector<double> rank_recompute_ = std::vector<double>(p_.ranks, 0.0);
   std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
+  // Per rank: the parameters placed (its all-reduce after its last action).
+  std::vector<double> rank_params_ = std::vector<double>(p_.ranks, 0.0);
+  // Per layer: its forward (BoundForwardMs) and backward; the least of them over [l, L - 1).
+  std::vector<double> layer_work_, least_work_from_;
+  // [s][r]: the stages after s on rank r.
+  std::vector<std::vector<int>> stages_after_;
+  mutable std::vector<double> level_scratch_;
 };
 
 }  // namespace gpipe::partition_internal

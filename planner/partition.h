@@ -80,6 +80,11 @@ struct PartitionProblem {
   /// which costs up to a few hundred dynamic programs over the layers; a search of many
   /// configurations computes them for its contenders only.
   bool quick_bound = false;
+  /// With several stages per rank: prune by the whole layers the ranks still to get stages must
+  /// take (planner/interleaved_search.h, WholeLayerLevel). It prunes more per node but takes the
+  /// search deeper, where nodes cost more (their memory frontiers): a search of many
+  /// configurations leaves it to its second search of a stopped one.
+  bool whole_layer_level = true;
   /// Schedules' evaluators and memory frontiers shared with other searches of the same caller
   /// (not owned; null: the search builds its own).
   ShapeCache* shapes = nullptr;

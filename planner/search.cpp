@@ -35,6 +35,9 @@ constexpr double kSearchShare = 0.9;
 // by CheapBounds::Estimate (each schedule's best first), until kDives plans or this share of the
 // limit.
 constexpr size_t kDives = 8;
+// A stopped search of a configuration with up to this many layers is searched again pruning by
+// the whole layers the ranks still to get stages must take (PartitionProblem::whole_layer_level).
+constexpr size_t kWholeLayerLevelUpTo = 256;
 constexpr double kDiveUntil = 0.3;
 
 bool ProfileHasWeightTimes(const Profile& profile) {
@@ -307,6 +310,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   for (PartitionProblem& problem : problems) {
     problem.time_up = search_time_up;
     problem.shapes = &shapes;
+    problem.whole_layer_level = false;  // (its second search, below, prunes with it)
   }
 
   SearchResult out;
@@ -512,6 +516,9 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
     if (entry.stopped) {
       problem.root_bound_ms = std::numeric_limits<double>::quiet_NaN();
       problem.max_nodes = std::max<int64_t>(1, request.max_nodes / 100);
+      // (Past a few hundred layers a search that prunes by it reaches nodes whose memory
+      // frontiers cost milliseconds: there the time goes to raising other bounds.)
+      problem.whole_layer_level = problem.profile->layers.size() <= kWholeLayerLevelUpTo;
       Expected<PartitionResult> result = FindBestPartition(problem);
       entry.level = 2;  // (searched again once at most)
       if (result.ok()) {

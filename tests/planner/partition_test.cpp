@@ -143,7 +143,7 @@ struct Tally {
 // brute force's best, a stopped search's below the planner's optimum, and its plan simulate to
 // what it claims.
 void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int max_extra_layers, Tally* tally,
-                           bool no_grad = false) {
+                           bool no_grad = false, bool blocks = false) {
   std::mt19937 rng(seed);
   auto& [compared, feasible, mixed_beats_all, infeasible, least_memory_checked, bounds_checked, by_layer_beats_whole,
          core_sharing, woken_late, remat_beyond_memory_faster] = *tally;
@@ -158,10 +158,20 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
       {ScheduleKind::k1F1B, 4, 1, 1},  {ScheduleKind::kInterleaved1F1B, 2, 2, 2},
       {ScheduleKind::kInterleavedZb, 2, 2, 1}, {ScheduleKind::kZbV, 2, 2, 1}, {ScheduleKind::kZbV, 2, 2, 2},
       {ScheduleKind::kDualPipeV, 2, 2, 1},
+      // Three ranks: each rank's first backward waits for a round trip through stages on the others.
+      {ScheduleKind::kInterleaved1F1B, 3, 2, 1}, {ScheduleKind::kInterleavedZb, 3, 2, 1}, {ScheduleKind::kZbV, 3, 2, 1},
   };
   for (int trial = 0; trial < trials; ++trial) {
     const int layers = 5 + static_cast<int>(rng() % max_extra_layers);
     Profile profile = RandomProfile(rng, layers, no_grad);
+    if (blocks) {
+      // A transformer's shape: every layer between the first and the last the same block.
+      for (int l = 2; l + 1 < layers; ++l) {
+        const std::string name = profile.layers[l].name;
+        profile.layers[l] = profile.layers[1];
+        profile.layers[l].name = name;
+      }
+    }
     Cluster cluster = RandomCluster(rng);
     if (!cluster.calibration && trial % 3 == 0) {
       // Measured step costs on a node that computes one rank at a time: the two ranks of a node
@@ -175,6 +185,7 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
       if (trial % 2 == 0) cluster.saturated_wakeup = SaturatedWakeup{0.05 + 0.1 * (trial % 5), 0.0, 0.0, 0.0, 1};
     }
     for (const Shape& shape : shapes) {
+      if (shape.ranks * shape.chunks > layers) continue;  // (every stage needs a layer)
       for (int microbatches : {1, 2, 4}) {
         if (!CheckMicrobatchCount(shape.kind, shape.ranks, microbatches).ok()) continue;
         PartitionProblem problem;
@@ -320,6 +331,16 @@ TEST(Partition, ByLayerRematMatchesBruteForce) {
               t.compared, t.feasible, t.infeasible, t.by_layer_beats_whole);
 }
 
+// Equal blocks between the first and last layers: whole blocks dealt to the ranks decide the
+// busiest one (the interleaved search's WholeLayerLevel), which the random instances rarely test.
+TEST(Partition, EqualBlocksMatchBruteForce) {
+  Tally t;
+  CompareWithBruteForce(RematPolicy::kStages, 16, 2027, 4, &t, /*no_grad=*/false, /*blocks=*/true);
+  EXPECT_GT(t.feasible, 100);
+  EXPECT_EQ(t.bounds_checked, t.compared);
+  std::printf("compared %d instances, %d feasible\n", t.compared, t.feasible);
+}
+
 // A remat stage's forward under no_grad (cheaper than recorded): where the policy fixes the remat
 // (on, off) the search is exact against the brute force; where it leaves a choice, the search
 // recomputes what memory demands and its bounds stay sound.
@@ -382,6 +403,40 @@ RootBoundCase EvenLayersOnFourRanks(ScheduleKind kind) {
   std::printf("%s: spread %.1f ms, root bound %.1f ms, optimum %.1f ms\n", ScheduleName(kind), out.spread, out.bound,
               out.optimum);
   return out;
+}
+
+// A transformer's shape (a light first layer, equal blocks, a heavier last one) whose blocks do
+// not split evenly over the ranks: the work spread evenly lies below what whole blocks allow, so
+// without WholeLayerLevel nearly every partial partition passes the bound; with it, the search
+// proves the same optimum in under half the nodes.
+TEST(Partition, WholeLayerLevelPrunesEqualBlocks) {
+  const int layers = 17;
+  const Profile profile = ShapedProfile(layers, [&](int l, LayerProfile* layer) {
+    layer->forward_ms = l == 0 ? 0.1 : l == layers - 1 ? 1.6 : 1.0;
+    layer->backward_ms = 2 * layer->forward_ms;
+    layer->backward_weight_ms = layer->forward_ms;
+    layer->param_bytes = 1000;
+  });
+  Cluster cluster;
+  cluster.devices = 2;
+  cluster.device_memory_bytes = int64_t{1} << 40;
+  cluster.link = Link{1e12, 0.0};
+  for (const ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZb, ScheduleKind::kZbV}) {
+    PartitionProblem problem = InterleavedProblem(profile, cluster, 2, 16);
+    problem.schedule = kind;
+    problem.chunks = kind == ScheduleKind::kZbV ? 2 : 3;
+    problem.memory_limit_bytes = 1e12;
+    problem.whole_layer_level = false;
+    const Expected<PartitionResult> without = FindBestPartition(problem);
+    problem.whole_layer_level = true;
+    const Expected<PartitionResult> with = FindBestPartition(problem);
+    ASSERT_TRUE(without.ok() && with.ok());
+    EXPECT_TRUE(without->proven_optimal && with->proven_optimal) << ScheduleName(kind);
+    EXPECT_NEAR(with->step_time_ms, without->step_time_ms, 1e-9 * without->step_time_ms) << ScheduleName(kind);
+    EXPECT_LT(with->nodes * 2, without->nodes) << ScheduleName(kind);  // measured: 2.4, 2.4 and 2.9 times fewer
+    std::printf("%s: %lld nodes without, %lld with\n", ScheduleName(kind), static_cast<long long>(without->nodes),
+                static_cast<long long>(with->nodes));
+  }
 }
 
 // The interleaved root bound (planner/path_bound.h) sees the pipeline's fill and drain: on even
