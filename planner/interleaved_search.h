@@ -7,7 +7,9 @@
 //     (the stages before its first, which are on ranks 0..r-1 in a loop and a V alike) and after
 //     its last backward (the same stages' backwards; with split backwards their input gradients,
 //     after the rank's forwards and input gradients only, as its W passes may run meanwhile);
-//     and the average work (with the recompute memory forced so far);
+//     the rank's work so far and then its all-reduce; the average work (with the recompute memory
+//     forced so far); and, unless the problem leaves it out, the whole layers not placed dealt to
+//     the ranks still to get stages (WholeLayerLevel);
 //   - memory: a rank holds its chunks' static bytes throughout, and each chunk's activations at
 //     some moment (stashed, or recomputed under remat), so a rank whose placed chunks already
 //     exceed the limit that way is abandoned; and, with each placed chunk's stashes and

@@ -83,7 +83,7 @@ struct PartitionProblem {
   /// With several stages per rank: prune by the whole layers the ranks still to get stages must
   /// take (planner/interleaved_search.h, WholeLayerLevel). It prunes more per node but takes the
   /// search deeper, where nodes cost more (their memory frontiers): a search of many
-  /// configurations leaves it to its second search of a stopped one.
+  /// configurations leaves it to its second search of a stopped one, up to 256 layers.
   bool whole_layer_level = true;
   /// Schedules' evaluators and memory frontiers shared with other searches of the same caller
   /// (not owned; null: the search builds its own).

@@ -35,10 +35,10 @@ constexpr double kSearchShare = 0.9;
 // by CheapBounds::Estimate (each schedule's best first), until kDives plans or this share of the
 // limit.
 constexpr size_t kDives = 8;
+constexpr double kDiveUntil = 0.3;
 // A stopped search of a configuration with up to this many layers is searched again pruning by
 // the whole layers the ranks still to get stages must take (PartitionProblem::whole_layer_level).
 constexpr size_t kWholeLayerLevelUpTo = 256;
-constexpr double kDiveUntil = 0.3;
 
 bool ProfileHasWeightTimes(const Profile& profile) {
   return std::all_of(profile.layers.begin(), profile.layers.end(),

@@ -363,6 +363,15 @@ namespace gpipe {
 namespace {
 
 // Interleaved 1F1B on K ranks of 2 chunks, M micro-batches of one sample, SGD.
+// `devices` devices with memory and links all but free (1 TiB each, 1 TB/s, no latency).
+Cluster FreeCluster(int devices) {
+  Cluster cluster;
+  cluster.devices = devices;
+  cluster.device_memory_bytes = int64_t{1} << 40;
+  cluster.link = Link{1e12, 0.0};
+  return cluster;
+}
+
 PartitionProblem InterleavedProblem(const Profile& profile, const Cluster& cluster, int ranks, int microbatches) {
   PartitionProblem problem;
   problem.profile = &profile;
@@ -389,10 +398,7 @@ RootBoundCase EvenLayersOnFourRanks(ScheduleKind kind) {
     layer->backward_weight_ms = 1;
     layer->param_bytes = 1000;
   });
-  Cluster cluster;
-  cluster.devices = 4;
-  cluster.device_memory_bytes = int64_t{1} << 40;
-  cluster.link = Link{1e12, 0.0};
+  const Cluster cluster = FreeCluster(4);
   PartitionProblem problem = InterleavedProblem(profile, cluster, 4, 4);
   problem.schedule = kind;
   problem.memory_limit_bytes = 1e12;
@@ -417,10 +423,7 @@ TEST(Partition, WholeLayerLevelPrunesEqualBlocks) {
     layer->backward_weight_ms = layer->forward_ms;
     layer->param_bytes = 1000;
   });
-  Cluster cluster;
-  cluster.devices = 2;
-  cluster.device_memory_bytes = int64_t{1} << 40;
-  cluster.link = Link{1e12, 0.0};
+  const Cluster cluster = FreeCluster(2);
   for (const ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZb, ScheduleKind::kZbV}) {
     PartitionProblem problem = InterleavedProblem(profile, cluster, 2, 16);
     problem.schedule = kind;
@@ -471,10 +474,7 @@ TEST(Partition, RootBoundSeesTheRecomputeMemoryForces) {
     layer->param_bytes = 1'000'000;
     layer->activation_bytes = 10'000'000;
   });
-  Cluster cluster;
-  cluster.devices = 4;
-  cluster.device_memory_bytes = int64_t{1} << 40;
-  cluster.link = Link{1e12, 0.0};
+  const Cluster cluster = FreeCluster(4);
   int checked = 0;
   for (ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZb}) {
     PartitionProblem problem = InterleavedProblem(profile, cluster, 4, 8);
@@ -588,10 +588,7 @@ TEST(Partition, ASearchWhoseTimeIsUpSimulatesNoSeed) {
     layer->backward_weight_ms = layer->forward_ms;
     layer->param_bytes = 1000;
   });
-  Cluster cluster;
-  cluster.devices = 4;
-  cluster.device_memory_bytes = int64_t{1} << 40;
-  cluster.link = Link{1e12, 0.0};
+  const Cluster cluster = FreeCluster(4);
   for (const auto& [kind, chunks] : {std::pair{ScheduleKind::k1F1B, 1}, std::pair{ScheduleKind::kInterleavedZb, 2}}) {
     PartitionProblem problem = InterleavedProblem(profile, cluster, 4, 8);
     problem.schedule = kind;
