@@ -158,7 +158,8 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
       {ScheduleKind::k1F1B, 4, 1, 1},  {ScheduleKind::kInterleaved1F1B, 2, 2, 2},
       {ScheduleKind::kInterleavedZb, 2, 2, 1}, {ScheduleKind::kZbV, 2, 2, 1}, {ScheduleKind::kZbV, 2, 2, 2},
       {ScheduleKind::kDualPipeV, 2, 2, 1},
-      // Three ranks: each rank's first backward waits for a round trip through stages on the others.
+      // Three ranks: the layers left dealt over ranks of which some get no more stages (the
+      // interleaved search's WholeLayerLevel), each rank's all-reduce after its last action.
       {ScheduleKind::kInterleaved1F1B, 3, 2, 1}, {ScheduleKind::kInterleavedZb, 3, 2, 1}, {ScheduleKind::kZbV, 3, 2, 1},
   };
   for (int trial = 0; trial < trials; ++trial) {
@@ -362,7 +363,6 @@ TEST(Partition, NoGradForwardsKeepTheBoundsSound) {
 namespace gpipe {
 namespace {
 
-// Interleaved 1F1B on K ranks of 2 chunks, M micro-batches of one sample, SGD.
 // `devices` devices with memory and links all but free (1 TiB each, 1 TB/s, no latency).
 Cluster FreeCluster(int devices) {
   Cluster cluster;
@@ -372,6 +372,7 @@ Cluster FreeCluster(int devices) {
   return cluster;
 }
 
+// Interleaved 1F1B on K ranks of 2 chunks, M micro-batches of one sample, SGD.
 PartitionProblem InterleavedProblem(const Profile& profile, const Cluster& cluster, int ranks, int microbatches) {
   PartitionProblem problem;
   problem.profile = &profile;
