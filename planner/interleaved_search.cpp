@@ -18,9 +18,7 @@ double InterleavedSearch::RootBound(LayerPrices* prices) const {
   if (!MemoryCanFit()) return kInfinity;
   // The busiest rank runs its layers M times: at least the work spread evenly, and at least
   // what dealing whole layers, v or more to a rank, leaves on one (planner/rank_load_bound.h).
-  std::vector<double> works(layers_);
-  for (int l = 0; l < layers_; ++l) works[l] = BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1);
-  const double busiest = BusiestRankLowerBound(std::move(works), p_.ranks, p_.chunks);
+  const double busiest = BusiestRankLowerBound(LayerWorks(), p_.ranks, p_.chunks);
   const double spread = p_.microbatches * std::max((total_forward_ + total_backward_) / p_.ranks, busiest);
   // The chains of the schedule's own order (planner/path_bound.h): they see the waits of every
   // round, which the spread work does not.
@@ -64,14 +62,10 @@ bool InterleavedSearch::MemoryCanFit() const {
 
 Expected<PartitionResult> InterleavedSearch::Run() {
   UseShape();
-  layer_work_.resize(layers_);
-  for (int l = 0; l < layers_; ++l) layer_work_[l] = BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1);
-  least_work_from_.assign(layers_, kInfinity);
-  for (int l = layers_ - 2; l >= 0; --l) least_work_from_[l] = std::min(least_work_from_[l + 1], layer_work_[l]);
-  stages_after_.assign(stages_, std::vector<int>(p_.ranks, 0));
-  for (int s = stages_ - 2; s >= 0; --s) {
-    stages_after_[s] = stages_after_[s + 1];
-    ++stages_after_[s][stage_rank_[s + 1]];
+  if (p_.whole_layer_level) {
+    layer_work_ = LayerWorks();
+    least_work_from_.assign(layers_, kInfinity);
+    for (int l = layers_ - 2; l >= 0; --l) least_work_from_[l] = std::min(least_work_from_[l + 1], layer_work_[l]);
   }
   best_ = p_.cutoff_ms;
   if (!MemoryCanFit()) return Finish(kInfinity);  // proven: nothing fits
@@ -126,7 +120,7 @@ void InterleavedSearch::Dfs(int s, int a) {
       level = m * WholeLayerLevel(s, e);
       rank_work_[rank] -= work;
       if (level >= Cutoff()) {
-        if (stages_after_[s][rank] > 0) break;
+        if (s < rank_stages_[rank].back()) break;
         continue;
       }
     }
@@ -168,7 +162,7 @@ void InterleavedSearch::Dfs(int s, int a) {
       const double after_last = AfterLastActionMs(r, table_.has_tied_parameters() ? 0.0 : rank_params_[r]);
       bound = std::max(bound, split_ ? std::max(head_[r] + m * rank_work_[r] + after_last,
                                                 head_[r] + m * rank_input_work_[r] + tail_[r])
-                                     : std::max(head_[r] + m * rank_work_[r] + tail_[r], head_[r] + m * rank_work_[r] + after_last));
+                                     : head_[r] + m * rank_work_[r] + std::max(tail_[r], after_last));
     }
     bound = std::max(bound, level);
     if (bound < Cutoff()) {
@@ -191,6 +185,12 @@ void InterleavedSearch::Dfs(int s, int a) {
   }
 }
 
+std::vector<double> InterleavedSearch::LayerWorks() const {
+  std::vector<double> works(layers_);
+  for (int l = 0; l < layers_; ++l) works[l] = BoundForwardMs(l, l + 1) + table_.BackwardMs(l, l + 1);
+  return works;
+}
+
 double InterleavedSearch::WholeLayerLevel(int s, int e) const {
   const int last_rank = stage_rank_[stages_ - 1];
   const int free_layers = layers_ - 1 - e;  // [e, L - 1): the last layer is the last stage's
@@ -200,7 +200,8 @@ double InterleavedSearch::WholeLayerLevel(int s, int e) const {
   int left = free_layers;
   double highest = 0;
   for (int r = 0; r < p_.ranks; ++r) {
-    const int stages = stages_after_[s][r];
+    const std::vector<int>& own = rank_stages_[r];  // (in stage order)
+    const int stages = static_cast<int>(own.end() - std::upper_bound(own.begin(), own.end(), s));
     if (stages == 0) continue;  // its work is final: the per-rank terms count it
     // Each of its stages after s holds a layer: the last stage may hold only the last layer.
     const int must = stages - (r == last_rank ? 1 : 0);

@@ -69,6 +69,8 @@ class InterleavedSearch : public BranchAndBound {
   // counting each of them but the last as the least of them (exact where they are equal, as a
   // transformer's blocks, and what the work spread evenly does not see).
   double WholeLayerLevel(int s, int e) const;
+  // Per layer: its least forward (BoundForwardMs) and its backward.
+  std::vector<double> LayerWorks() const;
 
   // Work, static bytes and the largest chunk activation placed per rank; the first round's
   // forwards and backwards before each rank (head_[r], tail_[r]).
@@ -89,10 +91,8 @@ class InterleavedSearch : public BranchAndBound {
   std::vector<double> tail_ = std::vector<double>(p_.ranks, 0.0);
   // Per rank: the parameters placed (its all-reduce after its last action).
   std::vector<double> rank_params_ = std::vector<double>(p_.ranks, 0.0);
-  // Per layer: its forward (BoundForwardMs) and backward; the least of them over [l, L - 1).
+  // With whole_layer_level: LayerWorks, and the least of them over [l, L - 1).
   std::vector<double> layer_work_, least_work_from_;
-  // [s][r]: the stages after s on rank r.
-  std::vector<std::vector<int>> stages_after_;
   mutable std::vector<double> level_scratch_;
 };
 
