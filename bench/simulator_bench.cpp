@@ -1,12 +1,16 @@
 // How fast the simulator runs: simulated actions per second, for GPipe over a grid of K and M
-// (cost grows with the number of actions), and the other schedules at one size.
+// (cost grows with the number of actions), and the other schedules at one size; and the step
+// evaluator the planner prices its leaves with (simulator/step_evaluator.h), and its memory
+// frontiers (simulator/memory_model.h): built for every rank of a schedule, then priced.
 //   build/bench/simulator_bench --benchmark_filter=Gpipe
 // Each iteration generates nothing: the lowered schedule and costs are built once per size.
 #include <benchmark/benchmark.h>
 
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
+#include "simulator/memory_model.h"
 #include "simulator/simulator.h"
+#include "simulator/step_evaluator.h"
 
 namespace gpipe {
 namespace {
@@ -37,6 +41,58 @@ void Simulate(benchmark::State& state, ScheduleKind kind, int chunks) {
   state.SetComplexityN(static_cast<int64_t>(actions));
 }
 
+// The same schedules' step time by the planner's StepEvaluator, compiled once.
+void Evaluate(benchmark::State& state, ScheduleKind kind, int chunks) {
+  const int ranks = static_cast<int>(state.range(0));
+  const int microbatches = static_cast<int>(state.range(1));
+  Expected<Schedule> compute = GenerateSchedule(kind, ranks, ranks * chunks, microbatches);
+  if (!compute.ok()) {
+    state.SkipWithError(compute.status().message().c_str());
+    return;
+  }
+  const StepEvaluator evaluator(AddCommunication(*compute));
+  CostModel costs = UniformCostModel(ranks, ranks * chunks, 1.0, 2.0, 1.0);
+  for (auto& stage : costs.stages) stage.output_bytes = stage.input_bytes = 1 << 20;
+  for (auto& row : costs.links) {
+    for (Link& link : row) link = Link{1e10, 0.01};
+  }
+  for (auto _ : state) benchmark::DoNotOptimize(evaluator.StepTimeMs(costs));
+  const double actions = static_cast<double>(evaluator.schedule().num_actions());
+  state.counters["actions_per_s"] = benchmark::Counter(actions, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Every rank's MemoryFrontier of a schedule built, then priced 20 times each way (as a search
+// prices a configuration's ranks), so that each builds its sets of maximal vectors where they
+// pay.
+void Frontiers(benchmark::State& state, ScheduleKind kind, int chunks) {
+  const int ranks = static_cast<int>(state.range(0));
+  const int microbatches = static_cast<int>(state.range(1));
+  Expected<Schedule> compute = GenerateSchedule(kind, ranks, ranks * chunks, microbatches);
+  if (!compute.ok()) {
+    state.SkipWithError(compute.status().message().c_str());
+    return;
+  }
+  const Schedule schedule = AddCommunication(*compute);
+  CostModel costs = UniformCostModel(ranks, ranks * chunks, 1.0, 2.0, 1.0);
+  for (auto& stage : costs.stages) {
+    stage.output_bytes = stage.input_bytes = 1 << 20;
+    stage.activation_bytes = 1 << 24;
+  }
+  const ReceivePosting posting = ReceivesPostedAt(schedule);
+  for (auto _ : state) {
+    double peak = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const MemoryFrontier frontier(schedule, r, &posting);
+      std::vector<const StageCost*> kept;
+      for (int s : frontier.stages()) kept.push_back(&costs.stages[s]);
+      for (int price = 0; price < 20; ++price) {
+        peak += frontier.LeastStashPeakBytes(kept.data(), kept.data()) + frontier.PeakDynamicBytes(kept);
+      }
+    }
+    benchmark::DoNotOptimize(peak);
+  }
+}
+
 void BM_Gpipe(benchmark::State& state) { Simulate(state, ScheduleKind::kGpipe, 1); }
 void BM_1F1B(benchmark::State& state) { Simulate(state, ScheduleKind::k1F1B, 1); }
 void BM_Interleaved(benchmark::State& state) { Simulate(state, ScheduleKind::kInterleaved1F1B, 2); }
@@ -49,6 +105,16 @@ BENCHMARK(BM_Gpipe)
 BENCHMARK(BM_1F1B)->Args({64, 1024})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Interleaved)->Args({64, 1024})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ZbH1)->Args({64, 1024})->Unit(benchmark::kMillisecond);
+
+void BM_Evaluate1F1B(benchmark::State& state) { Evaluate(state, ScheduleKind::k1F1B, 1); }
+void BM_EvaluateZbV(benchmark::State& state) { Evaluate(state, ScheduleKind::kZbV, 2); }
+BENCHMARK(BM_Evaluate1F1B)->Args({8, 512})->Args({64, 1024})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_EvaluateZbV)->Args({16, 32})->Args({8, 512})->Unit(benchmark::kMicrosecond);
+
+void BM_FrontiersInterleavedZb(benchmark::State& state) { Frontiers(state, ScheduleKind::kInterleavedZb, 4); }
+void BM_FrontiersZbV(benchmark::State& state) { Frontiers(state, ScheduleKind::kZbV, 2); }
+BENCHMARK(BM_FrontiersInterleavedZb)->Args({8, 512})->Args({32, 512})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_FrontiersZbV)->Args({8, 512})->Args({32, 512})->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace gpipe

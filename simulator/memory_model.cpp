@@ -252,6 +252,11 @@ namespace gpipe {
 
 // Pricing replays the walk this many times before it builds the set of maximal vectors.
 constexpr int kWalksBeforeBuild = 8;
+// A set of maximal vectors is kept only while it stays small beside the candidates it has met:
+// past this many vectors and a quarter of the candidates, most moments are maximal (a long
+// interleaved rank: thousands of maximal vectors of 48 counts), the set would cost more to build
+// than thousands of walks and price little faster, and pricing replays the walk instead.
+constexpr size_t kKeptAtMost = 256;
 // Counts per stage: stash, recompute, gradient buffers, input buffers, sent outputs, sent inputs,
 // micro-batches between I and W, sent outputs the stash let go of, forward, backward, I and W
 // workspaces (the last four only in the walk with workspaces).
@@ -337,81 +342,130 @@ void MemoryFrontier::Record(const Schedule& schedule, int rank, const std::vecto
 namespace {
 
 // Adds `counts` (`width` of them) to `vectors`, a set of vectors none of which is below another
-// in every count: unless one there covers it; dropping those it covers.
-void KeepMaximal(const std::vector<int>& counts, size_t width, std::vector<int>& vectors) {
+// in every count: unless one there covers it; dropping those it covers. `sums` holds each
+// vector's sum of counts: a vector covers another only if its sum is at least the other's, which
+// spares most of the count-by-count comparisons.
+void KeepMaximal(const std::vector<int>& counts, size_t width, std::vector<int>& vectors, std::vector<int64_t>& sums) {
   const auto covers = [&](const int* big, const int* small) {
     for (size_t d = 0; d < width; ++d) {
       if (big[d] < small[d]) return false;
     }
     return true;
   };
-  for (size_t k = 0; k < vectors.size(); k += width) {
-    if (covers(&vectors[k], counts.data())) return;
+  int64_t sum = 0;
+  for (size_t d = 0; d < width; ++d) sum += counts[d];
+  // The latest first: the walk's counts move a little at a time, so the vectors kept last are
+  // the likeliest to cover the next.
+  for (size_t i = sums.size(); i-- > 0;) {
+    if (sums[i] >= sum && covers(&vectors[i * width], counts.data())) return;
   }
   size_t out = 0;
-  for (size_t k = 0; k < vectors.size(); k += width) {
-    if (covers(counts.data(), &vectors[k])) continue;
-    std::copy(vectors.begin() + static_cast<std::ptrdiff_t>(k), vectors.begin() + static_cast<std::ptrdiff_t>(k + width),
-              vectors.begin() + static_cast<std::ptrdiff_t>(out));
-    out += width;
+  for (size_t i = 0; i < sums.size(); ++i) {
+    if (sum >= sums[i] && covers(counts.data(), &vectors[i * width])) continue;
+    if (out != i) {
+      std::copy(vectors.begin() + static_cast<std::ptrdiff_t>(i * width),
+                vectors.begin() + static_cast<std::ptrdiff_t>((i + 1) * width),
+                vectors.begin() + static_cast<std::ptrdiff_t>(out * width));
+      sums[out] = sums[i];
+    }
+    ++out;
   }
-  vectors.resize(out);
+  vectors.resize(out * width);
+  sums.resize(out);
   vectors.insert(vectors.end(), counts.begin(), counts.end());
+  sums.push_back(sum);
 }
+
+// Whether a set of `kept` maximal vectors out of `candidates` is past what pays to keep.
+bool TooManyKept(size_t kept, size_t candidates) { return kept > kKeptAtMost && 4 * kept > candidates; }
 
 }  // namespace
 
-void MemoryFrontier::BuildVectors(const Walk& walk) const {
+void MemoryFrontier::BuildVectors(const Walk& walk, bool any_size) const {
   // The candidates' count vectors, kept as the set of maximal ones (none is below another in
   // every count), updated as they come: a long walk meets thousands, few are maximal.
   std::vector<int> counts(walk.width, 0);
+  std::vector<int64_t> sums;
+  size_t candidates = 0;
   for (const Change& change : walk.changes) {
     counts[change.index] += change.delta;
-    if (change.candidate) KeepMaximal(counts, walk.width, walk.vectors);
+    if (!change.candidate) continue;
+    KeepMaximal(counts, walk.width, walk.vectors, sums);
+    if (!any_size && TooManyKept(sums.size(), ++candidates)) {
+      walk.vectors = {};
+      walk.too_many = true;
+      return;
+    }
   }
   walk.built = true;
+}
+
+// The stash, recompute and input-buffer counts of each stage at the walk's moment `counts`.
+void MemoryFrontier::ProjectStash(const Walk& walk, const std::vector<int>& counts, std::vector<int>& projected) const {
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const int* stage = &counts[static_cast<size_t>(walk.stride) * i];
+    projected[3 * i] = stage[0];      // stash
+    projected[3 * i + 1] = stage[1];  // recompute
+    projected[3 * i + 2] = stage[3];  // input buffers
+  }
 }
 
 void MemoryFrontier::BuildStashVectors() const {
   const Walk& walk = without_workspaces_;
   const size_t width = 3 * stages_.size();
   std::vector<int> counts(walk.width, 0), projected(width);
+  std::vector<int64_t> sums;
+  size_t candidates = 0;
+  stash_vectors_tried_ = true;
   for (const Change& change : walk.changes) {
     counts[change.index] += change.delta;
     if (!change.candidate) continue;
-    for (size_t i = 0; i < stages_.size(); ++i) {
-      const int* stage = &counts[static_cast<size_t>(walk.stride) * i];
-      projected[3 * i] = stage[0];      // stash
-      projected[3 * i + 1] = stage[1];  // recompute
-      projected[3 * i + 2] = stage[3];  // input buffers
+    ProjectStash(walk, counts, projected);
+    KeepMaximal(projected, width, stash_vectors_, sums);
+    if (TooManyKept(sums.size(), ++candidates)) {
+      stash_vectors_ = {};
+      return;
     }
-    KeepMaximal(projected, width, stash_vectors_);
   }
   stash_vectors_built_ = true;
 }
 
 double MemoryFrontier::LeastStashPeakBytes(const StageCost* const* kept, const StageCost* const* recomputed) const {
-  if (!stash_vectors_built_) BuildStashVectors();
+  if (!stash_vectors_tried_) BuildStashVectors();
   const size_t n = stages_.size();
-  double best = 0;
-  for (size_t k = 0; k < stash_vectors_.size(); k += 3 * n) {
+  const auto at = [&](const int* c3) {
     double bytes = 0;
     for (size_t i = 0; i < n; ++i) {
       if (kept[i] == nullptr) continue;
-      const int* c = &stash_vectors_[k + 3 * i];
+      const int* c = c3 + 3 * i;
       const auto price = [&](const StageCost& s) {
         return c[0] * s.stash_bytes() + c[1] * s.recomputed_bytes() + c[2] * s.input_bytes;
       };
       bytes += std::min(price(*kept[i]), price(*recomputed[i]));
     }
-    best = std::max(best, bytes);
+    return bytes;
+  };
+  double best = 0;
+  if (!stash_vectors_built_) {
+    // Too many maximal moments to keep: every candidate moment, priced the same way.
+    const Walk& walk = without_workspaces_;
+    counts_.assign(walk.width, 0);
+    projected_.resize(3 * n);
+    for (const Change& change : walk.changes) {
+      counts_[change.index] += change.delta;
+      if (!change.candidate) continue;
+      ProjectStash(walk, counts_, projected_);
+      best = std::max(best, at(projected_.data()));
+    }
+    return best;
   }
+  for (size_t k = 0; k < stash_vectors_.size(); k += 3 * n) best = std::max(best, at(&stash_vectors_[k]));
   return best;
 }
 
 size_t MemoryFrontier::size(bool workspaces) const {
   const Walk& walk = workspaces ? with_workspaces_ : without_workspaces_;
-  if (!walk.built) BuildVectors(walk);
+  if (!walk.built) BuildVectors(walk, /*any_size=*/true);
   return walk.vectors.size() / walk.width;
 }
 
@@ -442,25 +496,47 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
       price[11] = c.backward_weight_workspace_bytes;
     }
   }
-  if (!walk.built && ++walk.walks > kWalksBeforeBuild) BuildVectors(walk);
+  if (!walk.built && !walk.too_many && ++walk.walks > kWalksBeforeBuild) BuildVectors(walk, /*any_size=*/false);
+  // The dot products skip the counts priced at zero (adding their +0 changes no bit), in the
+  // counts' order, so both ways below give the same bits.
+  priced_.clear();
+  for (size_t d = 0; d < width; ++d) {
+    if (price_[d] != 0) priced_.push_back(static_cast<uint32_t>(d));
+  }
+  const auto dot = [&](const int* counts) {
+    double bytes = 0;
+    for (uint32_t d : priced_) bytes += counts[d] * price_[d];
+    return bytes;
+  };
   double best = 0;
   if (!walk.built) {
-    // The same dot products as below, priced at each candidate, so both ways give the same bits.
     counts_.assign(width, 0);
     for (const Change& change : walk.changes) {
       counts_[change.index] += change.delta;
-      if (!change.candidate) continue;
-      double bytes = 0;
-      for (size_t d = 0; d < width; ++d) bytes += counts_[d] * price_[d];
-      best = std::max(best, bytes);
+      if (change.candidate) best = std::max(best, dot(counts_.data()));
     }
     return best;
   }
-  for (size_t k = 0; k < walk.vectors.size(); k += width) {
-    double bytes = 0;
-    for (size_t d = 0; d < width; ++d) bytes += walk.vectors[k + d] * price_[d];
-    best = std::max(best, bytes);
+  // Four vectors at a time: four independent chains of additions, each in the counts' order.
+  const int* v = walk.vectors.data();
+  const size_t n = walk.vectors.size() / width;
+  size_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    const int* a = v + k * width;
+    const int* b = a + width;
+    const int* c = b + width;
+    const int* e = c + width;
+    double sa = 0, sb = 0, sc = 0, se = 0;
+    for (uint32_t d : priced_) {
+      const double p = price_[d];
+      sa += a[d] * p;
+      sb += b[d] * p;
+      sc += c[d] * p;
+      se += e[d] * p;
+    }
+    best = std::max(best, std::max(std::max(sa, sb), std::max(sc, se)));
   }
+  for (; k < n; ++k) best = std::max(best, dot(v + k * width));
   return best;
 }
 

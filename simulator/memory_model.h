@@ -167,6 +167,10 @@ class MemoryFrontier {
   /// The number of count vectors that can be the largest (builds the set), with workspaces
   /// counted or not.
   size_t size(bool workspaces = true) const;
+  /// Whether pricing (with workspaces or not) reads the set of maximal vectors; false while it
+  /// replays the walk: priced too few times yet, or the set too large to pay (a long interleaved
+  /// rank). Both ways give the same bits.
+  bool keeps_vectors(bool workspaces) const { return (workspaces ? with_workspaces_ : without_workspaces_).built; }
 
  private:
   // One change of one count (index: stride x slot + which count, in MemoryCounts' order);
@@ -186,22 +190,28 @@ class MemoryFrontier {
     std::vector<Change> changes;
     mutable int walks = 0;
     mutable bool built = false;
+    mutable bool too_many = false;  // pricing gave up building the set (kKeptAtMost): it walks
     mutable std::vector<int> vectors;  // vectors of `width` counts, once built
   };
   void Record(const Schedule& schedule, int rank, const std::vector<int>& slot,
               const std::vector<std::pair<size_t, size_t>>& posted, bool workspaces, Walk& walk);
-  void BuildVectors(const Walk& walk) const;
+  // Builds the set of maximal vectors; unless `any_size`, gives up once it is too large to pay.
+  void BuildVectors(const Walk& walk, bool any_size) const;
   // The walk's moments projected on each stage's stash, recompute and input-buffer counts, the
-  // maximal ones (built on first use).
+  // maximal ones (built on first use, unless too many: then LeastStashPeakBytes walks).
   void BuildStashVectors() const;
+  void ProjectStash(const Walk& walk, const std::vector<int>& counts, std::vector<int>& projected) const;
 
   std::vector<int> stages_;
   Walk with_workspaces_, without_workspaces_;
   int max_in_flight_ = 0;
   mutable std::vector<double> price_;  // scratch: bytes per count
+  mutable std::vector<uint32_t> priced_;  // scratch: the counts whose price is not zero
+  mutable bool stash_vectors_tried_ = false;
   mutable bool stash_vectors_built_ = false;
   mutable std::vector<int> stash_vectors_;  // 3 counts per stage each
-  mutable std::vector<int> counts_;    // scratch: the walk's counts
+  mutable std::vector<int> counts_;     // scratch: the walk's counts
+  mutable std::vector<int> projected_;  // scratch: their stash projection
 };
 
 /// Parameters, gradients and optimizer state of the stages on `rank` (their static_bytes summed).

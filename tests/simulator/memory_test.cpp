@@ -518,6 +518,55 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
   }
 }
 
+// Ranks whose maximal moments are too many to keep (rank 0 of the interleaved and V-shaped
+// schedules at M = 64: hundreds of vectors, most moments maximal) price by replaying the walk
+// every time: the same peaks as the walk, and the stash bound, walked too, equal to the peak
+// where only stashes, recomputes and input buffers cost memory.
+TEST(MemoryFrontier, RanksWithTooManyMomentsToKeepPriceAsTheWalkDoes) {
+  for (ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZb, ScheduleKind::kZbV,
+                            ScheduleKind::kDualPipeV}) {
+    const int ranks = 4, microbatches = 64;
+    const int stages = StageCount(kind, ranks, LayoutOf(kind) == StageLayout::kLoop ? 4 : 2);
+    const Schedule schedule = AddCommunication(*GenerateSchedule(kind, ranks, stages, microbatches));
+    const MemoryFrontier frontier(schedule, 0);
+    for (int trial = 0; trial < 12; ++trial) {
+      std::vector<StageCost> costs(stages);
+      for (int s = 0; s < stages; ++s) {
+        costs[s].remat = (s + trial) % 3 == 0;
+        costs[s].activation_bytes = 1000 + 37 * s + ((trial * 7919 + s * 104729) % 3000);
+        costs[s].input_bytes = 11 + s + 400 * (trial % 3);
+        costs[s].output_bytes = 13 + 2 * s + 700 * (trial % 4);
+        costs[s].sends_held = (trial / 2) % 2 == 1;
+        costs[s].weight_pass_bytes = trial % 5 >= 2 ? 800 + 3 * s : 0;
+        costs[s].backward_workspace_bytes = trial % 4 >= 2 ? 2500 + 17 * s : 0;
+      }
+      const MemoryPeak walk = RankMemoryPeak(schedule, 0, costs);
+      std::vector<const StageCost*> mine;
+      for (int s = 0; s < stages; ++s) {
+        if (schedule.stage_rank[s] == 0) mine.push_back(&costs[s]);
+      }
+      EXPECT_DOUBLE_EQ(walk.static_bytes + frontier.PeakDynamicBytes(mine), walk.peak_bytes)
+          << ScheduleName(kind) << " trial " << trial;
+    }
+    EXPECT_FALSE(frontier.keeps_vectors(/*workspaces=*/false)) << ScheduleName(kind);
+    EXPECT_FALSE(frontier.keeps_vectors(/*workspaces=*/true)) << ScheduleName(kind);
+    // Only stashes, recomputes and input buffers: the stash bound is the peak.
+    std::vector<StageCost> costs(stages);
+    for (int s = 0; s < stages; ++s) {
+      costs[s].remat = s % 2 == 0;
+      costs[s].activation_bytes = 1000 + 37 * s;
+      costs[s].input_bytes = 11 + s;
+    }
+    std::vector<const StageCost*> mine;
+    for (int s = 0; s < stages; ++s) {
+      if (schedule.stage_rank[s] == 0) mine.push_back(&costs[s]);
+    }
+    EXPECT_DOUBLE_EQ(frontier.LeastStashPeakBytes(mine.data(), mine.data()), frontier.PeakDynamicBytes(mine))
+        << ScheduleName(kind);
+    EXPECT_GT(frontier.size(/*workspaces=*/false), 128u) << ScheduleName(kind);  // (builds it whole)
+  }
+}
+
 // The papers' memory claims for the V-shaped schedules, on a model of uniform layers cut into
 // 2K chunks of activation a (K stages of 2a for 1F1B):
 //   - ZB-V (Qi et al. 2024, section 6): the same peak activation memory as 1F1B, K micro-batches
