@@ -6,6 +6,9 @@
 // Each iteration generates nothing: the lowered schedule and costs are built once per size.
 #include <benchmark/benchmark.h>
 
+#include <optional>
+#include <vector>
+
 #include "core/schedule/generators.h"
 #include "core/schedule/lower.h"
 #include "simulator/memory_model.h"
@@ -15,27 +18,42 @@
 namespace gpipe {
 namespace {
 
-void Simulate(benchmark::State& state, ScheduleKind kind, int chunks) {
+// The lowered schedule of `kind` at the state's K and M (chunks stages per rank), and costs of
+// equal stages (F 1 ms, B 2 ms, W 1 ms, 1 MiB messages, 16 MiB activations) over 10 GB/s links;
+// none (the benchmark skipped) where the schedule cannot take that shape.
+struct Bench {
+  Schedule schedule;
+  CostModel costs;
+};
+std::optional<Bench> Setup(benchmark::State& state, ScheduleKind kind, int chunks) {
   const int ranks = static_cast<int>(state.range(0));
   const int microbatches = static_cast<int>(state.range(1));
   Expected<Schedule> compute = GenerateSchedule(kind, ranks, ranks * chunks, microbatches);
   if (!compute.ok()) {
     state.SkipWithError(compute.status().message().c_str());
-    return;
+    return std::nullopt;
   }
-  const Schedule schedule = AddCommunication(*compute);
-  CostModel costs = UniformCostModel(ranks, ranks * chunks, 1.0, 2.0, 1.0);
-  for (auto& stage : costs.stages) stage.output_bytes = stage.input_bytes = 1 << 20;
-  for (auto& row : costs.links) {
+  Bench out{AddCommunication(*compute), UniformCostModel(ranks, ranks * chunks, 1.0, 2.0, 1.0)};
+  for (auto& stage : out.costs.stages) {
+    stage.output_bytes = stage.input_bytes = 1 << 20;
+    stage.activation_bytes = 1 << 24;
+  }
+  for (auto& row : out.costs.links) {
     for (Link& link : row) link = Link{1e10, 0.01};
   }
+  return out;
+}
+
+void Simulate(benchmark::State& state, ScheduleKind kind, int chunks) {
+  const std::optional<Bench> bench = Setup(state, kind, chunks);
+  if (!bench) return;
   SimOptions options;
   options.record_timeline = false;
   for (auto _ : state) {
-    Expected<SimResult> result = gpipe::Simulate(schedule, costs, options);
+    Expected<SimResult> result = gpipe::Simulate(bench->schedule, bench->costs, options);
     benchmark::DoNotOptimize(result);
   }
-  const double actions = static_cast<double>(schedule.num_actions());
+  const double actions = static_cast<double>(bench->schedule.num_actions());
   state.counters["actions"] = actions;
   state.counters["actions_per_s"] = benchmark::Counter(actions, benchmark::Counter::kIsIterationInvariantRate);
   state.SetComplexityN(static_cast<int64_t>(actions));
@@ -43,21 +61,11 @@ void Simulate(benchmark::State& state, ScheduleKind kind, int chunks) {
 
 // The same schedules' step time by the planner's StepEvaluator, compiled once.
 void Evaluate(benchmark::State& state, ScheduleKind kind, int chunks) {
-  const int ranks = static_cast<int>(state.range(0));
-  const int microbatches = static_cast<int>(state.range(1));
-  Expected<Schedule> compute = GenerateSchedule(kind, ranks, ranks * chunks, microbatches);
-  if (!compute.ok()) {
-    state.SkipWithError(compute.status().message().c_str());
-    return;
-  }
-  const StepEvaluator evaluator(AddCommunication(*compute));
-  CostModel costs = UniformCostModel(ranks, ranks * chunks, 1.0, 2.0, 1.0);
-  for (auto& stage : costs.stages) stage.output_bytes = stage.input_bytes = 1 << 20;
-  for (auto& row : costs.links) {
-    for (Link& link : row) link = Link{1e10, 0.01};
-  }
-  for (auto _ : state) benchmark::DoNotOptimize(evaluator.StepTimeMs(costs));
-  const double actions = static_cast<double>(evaluator.schedule().num_actions());
+  const std::optional<Bench> bench = Setup(state, kind, chunks);
+  if (!bench) return;
+  const StepEvaluator evaluator(bench->schedule);
+  for (auto _ : state) benchmark::DoNotOptimize(evaluator.StepTimeMs(bench->costs));
+  const double actions = static_cast<double>(bench->schedule.num_actions());
   state.counters["actions_per_s"] = benchmark::Counter(actions, benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -65,26 +73,15 @@ void Evaluate(benchmark::State& state, ScheduleKind kind, int chunks) {
 // prices a configuration's ranks), so that each builds its sets of maximal vectors where they
 // pay.
 void Frontiers(benchmark::State& state, ScheduleKind kind, int chunks) {
-  const int ranks = static_cast<int>(state.range(0));
-  const int microbatches = static_cast<int>(state.range(1));
-  Expected<Schedule> compute = GenerateSchedule(kind, ranks, ranks * chunks, microbatches);
-  if (!compute.ok()) {
-    state.SkipWithError(compute.status().message().c_str());
-    return;
-  }
-  const Schedule schedule = AddCommunication(*compute);
-  CostModel costs = UniformCostModel(ranks, ranks * chunks, 1.0, 2.0, 1.0);
-  for (auto& stage : costs.stages) {
-    stage.output_bytes = stage.input_bytes = 1 << 20;
-    stage.activation_bytes = 1 << 24;
-  }
-  const ReceivePosting posting = ReceivesPostedAt(schedule);
+  const std::optional<Bench> bench = Setup(state, kind, chunks);
+  if (!bench) return;
+  const ReceivePosting posting = ReceivesPostedAt(bench->schedule);
   for (auto _ : state) {
     double peak = 0;
-    for (int r = 0; r < ranks; ++r) {
-      const MemoryFrontier frontier(schedule, r, &posting);
+    for (int r = 0; r < bench->schedule.num_ranks(); ++r) {
+      const MemoryFrontier frontier(bench->schedule, r, &posting);
       std::vector<const StageCost*> kept;
-      for (int s : frontier.stages()) kept.push_back(&costs.stages[s]);
+      for (int s : frontier.stages()) kept.push_back(&bench->costs.stages[s]);
       for (int price = 0; price < 20; ++price) {
         peak += frontier.LeastStashPeakBytes(kept.data(), kept.data()) + frontier.PeakDynamicBytes(kept);
       }
