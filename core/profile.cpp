@@ -199,6 +199,10 @@ Expected<TensorParallelPoint> TensorParallelPointFromJson(const nlohmann::json& 
 
 }  // namespace
 
+bool Profile::HasWeightTimes() const {
+  return std::all_of(layers.begin(), layers.end(), [](const LayerProfile& layer) { return layer.backward_weight_ms.has_value(); });
+}
+
 std::vector<int> Profile::TensorParallelSizes() const {
   if (tensor_parallel > 1) return {tensor_parallel};
   std::vector<int> sizes = {1};

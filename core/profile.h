@@ -189,6 +189,9 @@ struct Profile {
   /// already at a t, else 1 and its points' sizes.
   std::vector<int> TensorParallelSizes() const;
   int num_layers() const { return static_cast<int>(layers.size()); }
+  /// Whether every layer has backward_weight_ms: what the schedules that split the backward
+  /// into I and W (zb-h1, interleaved-zb, zb-v, dualpipe-v) need.
+  bool HasWeightTimes() const;
 };
 
 /// Validates and converts a parsed profile; `where` names its origin in errors.

@@ -40,11 +40,6 @@ constexpr double kDiveUntil = 0.3;
 // the whole layers the ranks still to get stages must take (PartitionProblem::whole_layer_level).
 constexpr size_t kWholeLayerLevelUpTo = 256;
 
-bool ProfileHasWeightTimes(const Profile& profile) {
-  return std::all_of(profile.layers.begin(), profile.layers.end(),
-                     [](const LayerProfile& layer) { return layer.backward_weight_ms.has_value(); });
-}
-
 std::vector<int> Divisors(int64_t n) {
   std::vector<int> out;
   for (int64_t d = 1; d <= n && d <= (1 << 20); ++d) {
@@ -114,7 +109,7 @@ void ConfigurationsAt(const SearchRequest& request, int t, const Profile& profil
     kinds = {*request.schedule};
   } else {
     for (ScheduleKind kind : AllScheduleKinds()) {
-      if (!SplitsBackward(kind) || ProfileHasWeightTimes(profile)) kinds.push_back(kind);
+      if (!SplitsBackward(kind) || profile.HasWeightTimes()) kinds.push_back(kind);
     }
   }
   for (int replicas = 1; replicas <= devices; ++replicas) {
@@ -240,7 +235,7 @@ Expected<SearchResult> SearchPlans(const SearchRequest& request) {
   if (request.sharded_optimizer.value_or(false) && request.replicas.value_or(2) < 2) {
     return Status::Usage("a sharded optimizer shards its state over the D replicas; D = 1 has nothing to shard with");
   }
-  if (request.schedule && SplitsBackward(*request.schedule) && !ProfileHasWeightTimes(request.profile)) {
+  if (request.schedule && SplitsBackward(*request.schedule) && !request.profile.HasWeightTimes()) {
     return Status::Usage("the schedule " + std::string(ScheduleName(*request.schedule)) +
                          " needs backward_weight_ms for every layer of the profile");
   }

@@ -117,7 +117,7 @@ Expected<CostModelBuilder> CostModelBuilder::Of(const Plan& plan) {
   }
   p.table.emplace(profile, model.scale, plan.optimizer, calibration, sharing.static_ranks, plan.optimizer_shards());
   model.active_rate = std::move(sharing.active_rate);
-  for (const LayerProfile& layer : profile.layers) p.weight_times = p.weight_times && layer.backward_weight_ms.has_value();
+  p.weight_times = profile.HasWeightTimes();
   // Plan::DeviceOf recounts the ranks on every call; count them once here.
   const int ranks = plan.num_ranks();
   p.ranks = ranks;
