@@ -79,7 +79,7 @@ double CheapBounds::MessagesMs(const PartitionProblem& problem, double samples) 
   return hops.latency_ms + hops.transfer_ms * samples;
 }
 
-double CheapBounds::AllReduceMs(const PartitionProblem& problem, double bytes) const {
+double CheapBounds::AllReduceMs(const PartitionProblem& problem, double bytes) {
   const Cluster& cluster = *problem.cluster;
   const int replicas = problem.replicas;
   if (replicas < 2) return 0.0;
@@ -89,18 +89,21 @@ double CheapBounds::AllReduceMs(const PartitionProblem& problem, double bytes) c
   // Ring (cost_model.h): 2(D-1) steps at its largest latency and over its slowest link, any of
   // the cluster's links (pair by pair ones included); D groups of t devices that one node cannot
   // hold cross between nodes, so where no pair is measured apart, their link is among the ring's.
-  std::vector<Link> possible = {cluster.link};
-  if (cluster.devices_per_node) possible.push_back(cluster.inter_node_link);
-  for (const LinkOverride& o : cluster.links) possible.push_back(o.link);
-  if (cluster.links.empty() && cluster.devices_per_node &&
-      int64_t{replicas} * problem.tensor_parallel > *cluster.devices_per_node) {
-    possible = {cluster.inter_node_link};
+  const bool across = cluster.links.empty() && cluster.devices_per_node &&
+                      int64_t{replicas} * problem.tensor_parallel > *cluster.devices_per_node;
+  auto [it, fresh] = ring_links_.try_emplace(std::make_pair(&cluster, across));
+  if (fresh) {
+    std::vector<Link> possible = {cluster.link};
+    if (cluster.devices_per_node) possible.push_back(cluster.inter_node_link);
+    for (const LinkOverride& o : cluster.links) possible.push_back(o.link);
+    if (across) possible = {cluster.inter_node_link};
+    it->second = {std::numeric_limits<double>::infinity(), 0.0};
+    for (const Link& link : possible) {
+      it->second.first = std::min(it->second.first, link.latency_ms);
+      it->second.second = std::max(it->second.second, link.bandwidth_bytes_per_s);
+    }
   }
-  double latency = std::numeric_limits<double>::infinity(), bandwidth = 0;
-  for (const Link& link : possible) {
-    latency = std::min(latency, link.latency_ms);
-    bandwidth = std::max(bandwidth, link.bandwidth_bytes_per_s);
-  }
+  const auto [latency, bandwidth] = it->second;
   const double d = static_cast<double>(replicas);
   return 2.0 * (d - 1) * (latency + (bytes > 0 ? bytes / d / bandwidth * 1e3 : 0.0));
 }

@@ -64,12 +64,15 @@ class CheapBounds {
   const Hops& HopsOf(const PartitionProblem& problem);
   // One micro-batch's messages (HopsOf) at `samples` times the profile's micro-batch size.
   double MessagesMs(const PartitionProblem& problem, double samples);
-  double AllReduceMs(const PartitionProblem& problem, double bytes) const;
+  double AllReduceMs(const PartitionProblem& problem, double bytes);
 
   std::map<const Profile*, Work> works_;
   // By layout, K, chunks, D, placement, t and profile: shared by the configurations that differ
   // in M (the profile too, unless it has several micro-batch sizes).
   std::map<std::tuple<int, int, int, int, int, int, const Profile*>, Hops> hops_;
+  // Per cluster, and whether the ring must cross nodes: the least latency and the greatest
+  // bandwidth its links can have (AllReduceMs).
+  std::map<std::pair<const Cluster*, bool>, std::pair<double, double>> ring_links_;
 };
 
 }  // namespace gpipe
