@@ -534,7 +534,11 @@ double MemoryFrontier::PeakDynamicBytes(const StageCost* const* costs) const {
       sc += c[d] * p;
       se += e[d] * p;
     }
-    best = std::max(best, std::max(std::max(sa, sb), std::max(sc, se)));
+    // (one at a time, in order, as the single loop below would)
+    best = std::max(best, sa);
+    best = std::max(best, sb);
+    best = std::max(best, sc);
+    best = std::max(best, se);
   }
   for (; k < n; ++k) best = std::max(best, dot(v + k * width));
   return best;
