@@ -400,66 +400,41 @@ void MemoryFrontier::BuildVectors(const Walk& walk, bool any_size) const {
   walk.built = true;
 }
 
-// The stash, recompute and input-buffer counts of each stage at the walk's moment `counts`.
-void MemoryFrontier::ProjectStash(const Walk& walk, const std::vector<int>& counts, std::vector<int>& projected) const {
-  for (size_t i = 0; i < stages_.size(); ++i) {
-    const int* stage = &counts[static_cast<size_t>(walk.stride) * i];
-    projected[3 * i] = stage[0];      // stash
-    projected[3 * i + 1] = stage[1];  // recompute
-    projected[3 * i + 2] = stage[3];  // input buffers
-  }
-}
-
 void MemoryFrontier::BuildStashVectors() const {
   const Walk& walk = without_workspaces_;
   const size_t width = 3 * stages_.size();
   std::vector<int> counts(walk.width, 0), projected(width);
   std::vector<int64_t> sums;
-  size_t candidates = 0;
-  stash_vectors_tried_ = true;
   for (const Change& change : walk.changes) {
     counts[change.index] += change.delta;
     if (!change.candidate) continue;
-    ProjectStash(walk, counts, projected);
-    KeepMaximal(projected, width, stash_vectors_, sums);
-    if (TooManyKept(sums.size(), ++candidates)) {
-      stash_vectors_ = {};
-      return;
+    for (size_t i = 0; i < stages_.size(); ++i) {
+      const int* stage = &counts[static_cast<size_t>(walk.stride) * i];
+      projected[3 * i] = stage[0];      // stash
+      projected[3 * i + 1] = stage[1];  // recompute
+      projected[3 * i + 2] = stage[3];  // input buffers
     }
+    KeepMaximal(projected, width, stash_vectors_, sums);
   }
   stash_vectors_built_ = true;
 }
 
 double MemoryFrontier::LeastStashPeakBytes(const StageCost* const* kept, const StageCost* const* recomputed) const {
-  if (!stash_vectors_tried_) BuildStashVectors();
+  if (!stash_vectors_built_) BuildStashVectors();
   const size_t n = stages_.size();
-  const auto at = [&](const int* c3) {
+  double best = 0;
+  for (size_t k = 0; k < stash_vectors_.size(); k += 3 * n) {
     double bytes = 0;
     for (size_t i = 0; i < n; ++i) {
       if (kept[i] == nullptr) continue;
-      const int* c = c3 + 3 * i;
+      const int* c = &stash_vectors_[k + 3 * i];
       const auto price = [&](const StageCost& s) {
         return c[0] * s.stash_bytes() + c[1] * s.recomputed_bytes() + c[2] * s.input_bytes;
       };
       bytes += std::min(price(*kept[i]), price(*recomputed[i]));
     }
-    return bytes;
-  };
-  double best = 0;
-  if (!stash_vectors_built_) {
-    // Too many maximal moments to keep: every candidate moment, priced the same way.
-    const Walk& walk = without_workspaces_;
-    counts_.assign(walk.width, 0);
-    projected_.resize(3 * n);
-    for (const Change& change : walk.changes) {
-      counts_[change.index] += change.delta;
-      if (!change.candidate) continue;
-      ProjectStash(walk, counts_, projected_);
-      best = std::max(best, at(projected_.data()));
-    }
-    return best;
+    best = std::max(best, bytes);
   }
-  for (size_t k = 0; k < stash_vectors_.size(); k += 3 * n) best = std::max(best, at(&stash_vectors_[k]));
   return best;
 }
 

@@ -198,20 +198,18 @@ class MemoryFrontier {
   // Builds the set of maximal vectors; unless `any_size`, gives up once it is too large to pay.
   void BuildVectors(const Walk& walk, bool any_size) const;
   // The walk's moments projected on each stage's stash, recompute and input-buffer counts, the
-  // maximal ones (built on first use, unless too many: then LeastStashPeakBytes walks).
+  // maximal ones (built on first use: three counts a stage keep few, even where the full
+  // vectors are too many to keep).
   void BuildStashVectors() const;
-  void ProjectStash(const Walk& walk, const std::vector<int>& counts, std::vector<int>& projected) const;
 
   std::vector<int> stages_;
   Walk with_workspaces_, without_workspaces_;
   int max_in_flight_ = 0;
   mutable std::vector<double> price_;  // scratch: bytes per count
   mutable std::vector<uint32_t> priced_;  // scratch: the counts whose price is not zero
-  mutable bool stash_vectors_tried_ = false;
   mutable bool stash_vectors_built_ = false;
   mutable std::vector<int> stash_vectors_;  // 3 counts per stage each
-  mutable std::vector<int> counts_;     // scratch: the walk's counts
-  mutable std::vector<int> projected_;  // scratch: their stash projection
+  mutable std::vector<int> counts_;    // scratch: the walk's counts
 };
 
 /// Parameters, gradients and optimizer state of the stages on `rank` (their static_bytes summed).

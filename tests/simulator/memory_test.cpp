@@ -520,8 +520,8 @@ TEST(MemoryFrontier, PricesAStageAsTheWalkDoes) {
 
 // Ranks whose maximal moments are too many to keep (rank 0 of the interleaved and V-shaped
 // schedules at M = 64: hundreds of vectors, most moments maximal) price by replaying the walk
-// every time: the same peaks as the walk, and the stash bound, walked too, equal to the peak
-// where only stashes, recomputes and input buffers cost memory.
+// every time: the same peaks as the walk, and that peak equal to the stash bound (its set of
+// three counts a stage kept) where only stashes, recomputes and input buffers cost memory.
 TEST(MemoryFrontier, RanksWithTooManyMomentsToKeepPriceAsTheWalkDoes) {
   for (ScheduleKind kind : {ScheduleKind::kInterleaved1F1B, ScheduleKind::kInterleavedZb, ScheduleKind::kZbV,
                             ScheduleKind::kDualPipeV}) {
