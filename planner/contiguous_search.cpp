@@ -25,6 +25,7 @@ Expected<PartitionResult> ContiguousSearch::Run() {
   const std::optional<Bracket> threshold = RelaxedThreshold();
   double root = kInfinity;
   if (threshold) root = std::isnan(p_.root_bound_ms) ? RootBound(threshold, &prices_) : std::max(threshold->lo, p_.root_bound_ms);
+  if (threshold && std::isinf(root)) return Finish(root);  // proven: nothing fits (the path bound's memory)
   if (threshold) {
     // Seeds: the partition of the least relaxed bound, the most even one and the one the path
     // bound's prices like best.

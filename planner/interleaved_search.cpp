@@ -72,6 +72,7 @@ Expected<PartitionResult> InterleavedSearch::Run() {
   // A caller's key stands for the root bound (a search of many configurations computes the full
   // one for few); without one, the full bound, whose prices also prune.
   const double root = std::isnan(p_.root_bound_ms) ? RootBound(&prices_) : p_.root_bound_ms;
+  if (std::isinf(root)) return Finish(root);  // proven: nothing fits (the path bound's memory)
   const auto fit = [&] {
     for (int r = 0; r < p_.ranks; ++r) {
       if (TimeUp() || !CompleteRank(r, rank_stages_[r].back(), false, /*seed=*/true)) return false;

@@ -19,7 +19,7 @@ struct Mix {
   double bound = 0;
   Coefficients c;
   double hops = 0;
-  std::vector<double> price;  // per rank, the memory's prices (path_game.h); empty: none
+  std::vector<double> price;  // per memory instant, its price (path_game.h); empty: none
 };
 
 // A convex combination of chains: its coefficients per stage and op, and its messages' time.

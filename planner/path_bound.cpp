@@ -327,7 +327,7 @@ double PathLowerBound(const PathBoundInput& input) {
       double priced = 0;
       if (!best.price.empty()) {  // (a mix of the game's)
         memory = memory_model;
-        memory.price = best.price;
+        memory.SetPrices(best.price);
         for (double u : best.price) priced += u * memory.Limit();
       }
       *input.prices = LayerPrices(

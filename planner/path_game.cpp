@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include "planner/matrix_game.h"
 
@@ -10,21 +12,22 @@ namespace {
 
 // Past this many chains (or partitions) the game drops those outside both mixes.
 constexpr size_t kGameKept = 64;
-// Memory is priced (a constraint row per rank) up to this many ranks.
-constexpr int kMemoryRows = 64;
+// Memory is priced (a constraint row per instant, up to two per rank) up to this many ranks.
+constexpr int kMemoryRanks = 64;
 // The game stops once no path, for the partitions' mix, is longer than the bound by this share.
 constexpr double kGameTolerance = 1e-3;
 
 // Layer l in stage s, keeping its activations (`keep`) or recomputing its forward: what it adds
-// to its rank's hold (model state, and the activations of HeldAtPeak's micro-batches) or to its
-// stage's backwards (B and I).
+// to what its rank holds at each of its instants (model state, and the activations of the
+// instant's micro-batches, kept or recomputed) and, recomputed, to its stage's backwards (B and I).
 void Place(const MemoryPrices& memory, const std::vector<OpTimes>& times, int l, int s, bool keep,
            std::vector<OpTimes>* stage_times, std::vector<double>* holds) {
-  double& hold = (*holds)[(*memory.stage_rank)[s]];
-  hold += memory.input->static_bytes[l];
-  if (keep) {
-    hold += memory.held[s] * memory.input->activation_bytes[l];
-  } else {
+  const double activation = memory.input->activation_bytes[l];
+  for (int i : memory.by_rank[(*memory.stage_rank)[s]]) {
+    const MemoryInstant& at = memory.instants[i];
+    (*holds)[i] += memory.input->static_bytes[l] + (keep ? at.kept[s] : at.recomputed[s]) * activation;
+  }
+  if (!keep) {
     (*stage_times)[s][kB] += times[l][kF];
     (*stage_times)[s][kI] += times[l][kF];
   }
@@ -57,6 +60,77 @@ double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes
   return least;
 }
 
+// The least a layer in stage s holds at instant `at`: its model state and its activations,
+// recomputed where it may (no instant holds more of a recomputed layer than of a kept one).
+double LeastHeld(const MemoryPrices& memory, const MemoryInstant& at, int s, int l) {
+  const double micro_batches = memory.input->may_recompute ? at.recomputed[s] : at.kept[s];
+  return memory.input->static_bytes[l] + micro_batches * memory.input->activation_bytes[l];
+}
+
+// What each instant's rank holds at least under the partition ending its stages at `ends`.
+std::vector<double> LeastHolds(const MemoryPrices& memory, const std::vector<int>& ends) {
+  std::vector<double> holds(memory.instants.size(), 0.0);
+  for (int s = 0, l = 0; s < static_cast<int>(ends.size()); ++s) {
+    for (; l < ends[s]; ++l) {
+      for (int i : memory.by_rank[(*memory.stage_rank)[s]]) holds[i] += LeastHeld(memory, memory.instants[i], s, l);
+    }
+  }
+  return holds;
+}
+
+// Whether any partition keeps every instant's rank within the limit, its layers holding the
+// least (LeastHolds): a game of the instants (the row player, a mix of them) against partitions
+// (the column player), by double oracle as GameBound's, each partition holding (what its rank
+// holds - limit) / limit at an instant. The least over every partition of the instants' mix (a
+// dynamic program) above 0 proves that none fits: every plan holds more than the limit at one
+// of them. Returns the partitions (stage ends) of a mix of the game's met partitions that keeps
+// every instant within the limit on average; none where it proves that nothing fits
+// (`fits` false) or settles neither in `rounds` (`fits` true).
+std::vector<std::vector<int>> FittingMix(const MemoryPrices& memory, int stages, std::vector<int> ends, int rounds,
+                                         const std::function<bool()>& time_up, bool* fits) {
+  *fits = true;
+  const int layers = static_cast<int>(memory.input->static_bytes.size());
+  const double limit = memory.Limit();
+  const size_t instants = memory.instants.size();
+  MatrixGame game(2.0);  // (entries are at least -1: a rank that holds nothing)
+  for (size_t i = 0; i < instants; ++i) game.AddRow({});
+  std::vector<std::vector<int>> met;
+  const auto join = [&] {
+    const std::vector<double> holds = LeastHolds(memory, ends);
+    std::vector<double> entries(instants);
+    for (size_t i = 0; i < instants; ++i) entries[i] = (holds[i] - limit) / limit;
+    game.AddColumn(entries);
+    met.push_back(ends);
+  };
+  join();
+  for (int k = 0; k < rounds && !(time_up && time_up()); ++k) {
+    const MatrixGameSolution solution = game.Solve();
+    if (solution.value <= 0) {
+      std::vector<std::vector<int>> mix;
+      for (size_t j = 0; j < met.size(); ++j) {
+        if (solution.column[j] > 0) mix.push_back(met[j]);
+      }
+      return mix;
+    }
+    // The partition that holds the least at the instants' mix (its prices sum to 1).
+    const auto layer_cost = [&](int l, int s) {
+      double x = 0;
+      for (int i : memory.by_rank[(*memory.stage_rank)[s]]) {
+        if (solution.row[i] != 0) x += solution.row[i] * LeastHeld(memory, memory.instants[i], s, l);
+      }
+      return x / limit;
+    };
+    const double least = LeastOverPartitionsOf(stages, layers, layer_cost, [](int, int) { return 0.0; }, &ends) - 1.0;
+    // (relative to the limit; the sums round within far less)
+    if (least > 1e-9) {
+      *fits = false;
+      return {};
+    }
+    join();
+  }
+  return {};
+}
+
 }  // namespace
 
 double PricedLayerCost(const Coefficients& c, const std::vector<OpTimes>& times, const MemoryPrices& memory, int l,
@@ -64,43 +138,94 @@ double PricedLayerCost(const Coefficients& c, const std::vector<OpTimes>& times,
   double x = 0;
   for (int op = 0; op < kOps; ++op) x += c[s][op] * times[l][op];
   if (!memory.on()) return x;
-  const double u = memory.price[(*memory.stage_rank)[s]];
   const double recompute = c[s][kB] + c[s][kI];
-  x += u * memory.input->static_bytes[l];
-  x += memory.Keeps(l, s, recompute, times[l][kF]) ? u * memory.held[s] * memory.input->activation_bytes[l]
-                                                     : recompute * times[l][kF];
+  const double activation = memory.input->activation_bytes[l];
+  x += memory.static_price[s] * memory.input->static_bytes[l];
+  x += memory.Keeps(l, s, recompute, times[l][kF]) ? memory.keep_price[s] * activation
+                                                     : recompute * times[l][kF] + memory.recompute_price[s] * activation;
   return x;
 }
 
-std::vector<double> HeldAtPeak(const Schedule& schedule) {
-  std::vector<double> held(schedule.num_stages(), 0.0);
-  const auto change = [](const Action& a) {
-    return a.op == Op::kForward ? 1 : a.op == Op::kBackward || a.op == Op::kBackwardInput ? -1 : 0;
-  };
+std::vector<MemoryInstant> MemoryInstants(const Schedule& schedule) {
+  const int stages = schedule.num_stages();
+  // With full backwards a layer recomputes one micro-batch at a time, for its B only: the instants
+  // are those right after each forward's start, where it holds none (what the game converges on
+  // in its rounds; priced at the B's start as well, the partitions that recompute every layer no
+  // longer fit there and the game of GPT-3 175B's interleaved ranks stopped short of its bound).
+  // With split backwards the recomputed activations wait for W, often for many micro-batches.
+  bool split = false;
   for (const std::vector<Action>& actions : schedule.ranks) {
-    // The instant (after action `peak`) of the most, then each stage's count there.
-    int total = 0, most = 0;
-    size_t peak = 0;
-    for (size_t i = 0; i < actions.size(); ++i) {
-      total += change(actions[i]);
-      if (total > most) {
-        most = total;
-        peak = i;
+    for (const Action& a : actions) split = split || a.op == Op::kBackwardWeight;
+  }
+  std::vector<MemoryInstant> instants;
+  for (int r = 0; r < schedule.num_ranks(); ++r) {
+    // The counts right after each compute action's start (what it adds then: a forward its stash,
+    // a B or I its recomputed activations), the most of each kind; a B or W ends both.
+    std::vector<double> kept(stages, 0.0), recomputed(stages, 0.0);
+    std::pair<double, double> totals{0, 0}, most_kept{0, 0}, most_recomputed{0, 0};
+    MemoryInstant by_kept{r, kept, recomputed}, by_recomputed{r, kept, recomputed};
+    for (const Action& a : schedule.ranks[r]) {
+      const int s = a.stage;
+      if (a.op == Op::kForward) {
+        kept[s] += 1;
+        totals.first += 1;
+      } else if (a.op == Op::kBackward || a.op == Op::kBackwardInput) {
+        recomputed[s] += 1;
+        totals.second += 1;
+      } else if (a.op != Op::kBackwardWeight) {
+        continue;  // (communication)
+      }
+      if (split || a.op == Op::kForward) {
+        if (totals > most_kept) {
+          most_kept = totals;
+          by_kept.kept = kept;
+          by_kept.recomputed = recomputed;
+        }
+        if (split && std::make_pair(totals.second, totals.first) > most_recomputed) {
+          most_recomputed = {totals.second, totals.first};
+          by_recomputed.kept = kept;
+          by_recomputed.recomputed = recomputed;
+        }
+      }
+      if (a.op == Op::kBackward || a.op == Op::kBackwardWeight) {
+        kept[s] -= 1;
+        recomputed[s] -= 1;
+        totals.first -= 1;
+        totals.second -= 1;
       }
     }
-    if (most == 0) continue;
-    for (size_t i = 0; i <= peak; ++i) held[actions[i].stage] += change(actions[i]);
+    if (most_kept == std::pair<double, double>{0, 0}) continue;  // (a rank with no forwards)
+    const bool same = by_kept.kept == by_recomputed.kept && by_kept.recomputed == by_recomputed.recomputed;
+    instants.push_back(std::move(by_kept));
+    if (split && !same) instants.push_back(std::move(by_recomputed));
   }
-  return held;
+  return instants;
+}
+
+void MemoryPrices::SetPrices(std::vector<double> prices) {
+  price = std::move(prices);
+  const size_t stages = stage_rank->size();
+  static_price.assign(stages, 0.0);
+  keep_price.assign(stages, 0.0);
+  recompute_price.assign(stages, 0.0);
+  for (size_t s = 0; s < stages; ++s) {
+    for (int i : by_rank[(*stage_rank)[s]]) {
+      static_price[s] += price[i];
+      keep_price[s] += price[i] * instants[i].kept[s];
+      recompute_price[s] += price[i] * instants[i].recomputed[s];
+    }
+  }
 }
 
 MemoryPrices MemoryPricesFor(const Schedule& schedule, const PathBoundInput& input) {
   MemoryPrices memory;
-  if (input.memory_limit_bytes <= 0 || input.static_bytes.empty() || schedule.num_ranks() > kMemoryRows) return memory;
+  if (input.memory_limit_bytes <= 0 || input.static_bytes.empty() || schedule.num_ranks() > kMemoryRanks) return memory;
   memory.input = &input;
   memory.stage_rank = &schedule.stage_rank;
-  memory.held = HeldAtPeak(schedule);
-  memory.price.assign(schedule.num_ranks(), 0.0);
+  memory.instants = MemoryInstants(schedule);
+  memory.by_rank.assign(schedule.num_ranks(), {});
+  for (size_t i = 0; i < memory.instants.size(); ++i) memory.by_rank[memory.instants[i].rank].push_back(static_cast<int>(i));
+  memory.SetPrices(std::vector<double>(memory.instants.size(), 0.0));
   return memory;
 }
 
@@ -126,55 +251,71 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
   }
   struct Column {
     std::vector<OpTimes> times;  // its stage times, what it recomputes included
-    std::vector<double> holds;   // per rank, with memory priced
+    std::vector<double> holds;   // per instant, with memory priced
   };
   std::vector<Column> columns;
-  const int ranks = memory.on() ? static_cast<int>(memory.price.size()) : 0;
-  const auto balanced = [&](bool recompute) {
-    Column column{StageTimesOf(ends, times, input.hops), std::vector<double>(ranks, 0.0)};
-    for (int s = 0, l = 0; s < stages && ranks > 0; ++s) {
-      for (; l < ends[s]; ++l) Place(memory, times, l, s, !recompute, &column.times, &column.holds);
+  const int instants = memory.on() ? static_cast<int>(memory.price.size()) : 0;
+  const auto column_of = [&](const std::vector<int>& stage_ends, bool recompute) {
+    Column column{StageTimesOf(stage_ends, times, input.hops), std::vector<double>(instants, 0.0)};
+    for (int s = 0, l = 0; s < stages && instants > 0; ++s) {
+      for (; l < stage_ends[s]; ++l) Place(memory, times, l, s, !recompute, &column.times, &column.holds);
     }
     return column;
   };
-  columns.push_back(balanced(false));
+  columns.push_back(column_of(ends, false));
   for (const GraphPath& path : LongestPaths(graph, columns[0].times, input.allreduce, true)) {
     chains.push_back(RowOf(path, stages));
   }
-  if (memory.on() && memory.input->may_recompute) columns.push_back(balanced(true));
+  if (memory.on() && memory.input->may_recompute) columns.push_back(column_of(ends, true));
   double scale = 0;
   for (const Row& row : chains) scale = std::max(scale, RowMs(row, columns[0].times));
-  // The game's rows: the chains (memory_rank -1), then, with memory priced, one constraint per
-  // rank (what it holds less the limit, over the limit: at most 0 on average over the
-  // partitions' mix), whose prices are the memory's multipliers; then each path found.
+  // The game's rows: the chains (memory_row -1), then, with memory priced, one constraint per
+  // instant (what its rank holds then less the limit, over the limit: at most 0 on average over
+  // the partitions' mix), whose prices are the memory's multipliers; then each path found.
   std::vector<Row> rows = std::move(chains);
-  std::vector<int> memory_rank(rows.size(), -1);
+  std::vector<int> memory_row(rows.size(), -1);
   MatrixGame game(scale);
   for (size_t i = 0; i < rows.size(); ++i) game.AddRow({});
-  for (int r = 0; r < ranks; ++r) {
+  for (int i = 0; i < instants; ++i) {
     game.AddRow({}, /*constraint=*/true);
     rows.emplace_back();
-    memory_rank.push_back(r);
+    memory_row.push_back(i);
   }
   const auto entries = [&](const Column& column) {
     std::vector<double> out;
     for (size_t i = 0; i < rows.size(); ++i) {
-      out.push_back(memory_rank[i] < 0 ? RowMs(rows[i], column.times)
-                                       : (column.holds[memory_rank[i]] - memory.Limit()) / memory.Limit());
+      out.push_back(memory_row[i] < 0 ? RowMs(rows[i], column.times)
+                                       : (column.holds[memory_row[i]] - memory.Limit()) / memory.Limit());
     }
     return out;
   };
   for (const Column& column : columns) game.AddColumn(entries(column));
   Mix best;
+  bool sought_fitting = false;
   for (int k = 0; k < input.game_iterations && !(k > 0 && input.time_up && input.time_up()); ++k) {
     MatrixGameSolution solution = game.Solve();
-    if (!solution.bounded) break;  // no partition met keeps memory (the bound stands without it)
+    if (!solution.bounded) {
+      // No mix of the partitions met keeps memory: find partitions that do, or prove that none
+      // does (no plan fits: the bound is infinite). Where neither is found, or the partitions
+      // found still do not (rounding), the bound stands without memory.
+      if (sought_fitting) break;
+      sought_fitting = true;
+      bool fits = true;
+      const std::vector<std::vector<int>> fitting = FittingMix(memory, stages, ends, input.game_iterations, input.time_up, &fits);
+      if (!fits) return Mix{std::numeric_limits<double>::infinity(), {}, 0.0, {}};
+      if (fitting.empty()) break;
+      for (const std::vector<int>& stage_ends : fitting) {
+        columns.push_back(column_of(stage_ends, memory.input->may_recompute));
+        game.AddColumn(entries(columns.back()));
+      }
+      continue;
+    }
     // The chains and partitions outside both mixes are dropped once there are many (the
     // program's pivots grow with its size); the oracles bring back any that matter.
-    if (rows.size() > kGameKept + ranks || columns.size() > kGameKept) {
+    if (rows.size() > kGameKept + instants || columns.size() > kGameKept) {
       std::vector<char> want_rows(rows.size()), want_columns(columns.size());
       for (size_t i = 0; i < rows.size(); ++i) {
-        want_rows[i] = memory_rank[i] >= 0 || rows.size() <= kGameKept + ranks || solution.row[i] > 0;
+        want_rows[i] = memory_row[i] >= 0 || rows.size() <= kGameKept + instants || solution.row[i] > 0;
       }
       for (size_t j = 0; j < columns.size(); ++j) {
         want_columns[j] = columns.size() <= kGameKept || solution.column[j] > 0;
@@ -185,13 +326,13 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
         if (!kept.rows[i]) continue;
         if (n != i) {
           rows[n] = std::move(rows[i]);
-          memory_rank[n] = memory_rank[i];
+          memory_row[n] = memory_row[i];
           solution.row[n] = solution.row[i];
         }
         ++n;
       }
       rows.resize(n);
-      memory_rank.resize(n);
+      memory_row.resize(n);
       solution.row.resize(n);
       n = 0;
       for (size_t j = 0; j < columns.size(); ++j) {
@@ -208,10 +349,11 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
     // The chains' mix and the memory's prices against every partition: a bound, and the
     // partition that answers it.
     Row weighted{Coefficients(stages, OpTimes{}), 0.0};
+    std::vector<double> prices(instants, 0.0);
     for (size_t i = 0; i < rows.size(); ++i) {
       if (solution.row[i] == 0) continue;
-      if (memory_rank[i] >= 0) {
-        memory.price[memory_rank[i]] = solution.row[i] / memory.Limit();
+      if (memory_row[i] >= 0) {
+        prices[memory_row[i]] = solution.row[i] / memory.Limit();
         continue;
       }
       for (int s = 0; s < stages; ++s) {
@@ -219,9 +361,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
       }
       weighted.hops += solution.row[i] * rows[i].hops;
     }
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (memory_rank[i] >= 0 && solution.row[i] == 0) memory.price[memory_rank[i]] = 0;
-    }
+    if (memory.on()) memory.SetPrices(std::move(prices));
     Column answer;
     const double least = LeastPriced(weighted.c, weighted.hops, times, input.hops, memory, &ends, &answer.times, &answer.holds);
     if (least > best.bound || k == 0) best = Mix{least, weighted.c, weighted.hops, memory.price};
@@ -245,7 +385,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
     for (const Column& column : columns) lengths.push_back(RowMs(row, column.times));
     game.AddRow(lengths);
     rows.push_back(std::move(row));
-    memory_rank.push_back(-1);
+    memory_row.push_back(-1);
     columns.push_back(std::move(answer));
     game.AddColumn(entries(columns.back()));
   }
