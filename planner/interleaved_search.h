@@ -34,8 +34,9 @@ class InterleavedSearch : public BranchAndBound {
   explicit InterleavedSearch(const PartitionProblem& problem) : BranchAndBound(problem) {}
 
   // The work spread evenly, and the busiest rank's whole layers (v or more) run M times; the
-  // chains of the schedule's order (path_bound.h); infinite where MemoryCanFit fails. `prices`,
-  // where given: the path bound's LayerPrices.
+  // chains of the schedule's order (path_bound.h); infinite where MemoryCanFit fails or the path
+  // bound's game proves that no partition fits. `prices`, where given: the path bound's
+  // LayerPrices.
   double RootBound(LayerPrices* prices = nullptr) const;
 
   // REQUIRES: the problem's schedule generates.

@@ -181,7 +181,8 @@ LayerPrices::LayerPrices(int stages, int layers, double constant, const Cost& co
   }
 }
 
-/// The bound (0 when the schedule has no compute action).
+/// The bound (0 when the schedule has no compute action; infinite where the game, with memory
+/// priced, proves that no partition fits: path_game.h).
 double PathLowerBound(const PathBoundInput& input);
 
 }  // namespace gpipe

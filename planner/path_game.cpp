@@ -148,11 +148,10 @@ double PricedLayerCost(const Coefficients& c, const std::vector<OpTimes>& times,
 
 std::vector<MemoryInstant> MemoryInstants(const Schedule& schedule) {
   const int stages = schedule.num_stages();
-  // With full backwards a layer recomputes one micro-batch at a time, for its B only: the instants
-  // are those right after each forward's start, where it holds none (what the game converges on
-  // in its rounds; priced at the B's start as well, the partitions that recompute every layer no
-  // longer fit there and the game of GPT-3 175B's interleaved ranks stopped short of its bound).
-  // With split backwards the recomputed activations wait for W, often for many micro-batches.
+  // With full backwards a layer recomputes one micro-batch at a time, for its B only: the first
+  // instant is right after a forward's start, where it holds none, and the late one right after a
+  // B's start (GameBound prices it once converged without it). With split backwards the
+  // recomputed activations wait for W, often for many micro-batches.
   bool split = false;
   for (const std::vector<Action>& actions : schedule.ranks) {
     for (const Action& a : actions) split = split || a.op == Op::kBackwardWeight;
@@ -175,17 +174,17 @@ std::vector<MemoryInstant> MemoryInstants(const Schedule& schedule) {
       } else if (a.op != Op::kBackwardWeight) {
         continue;  // (communication)
       }
-      if (split || a.op == Op::kForward) {
-        if (totals > most_kept) {
-          most_kept = totals;
-          by_kept.kept = kept;
-          by_kept.recomputed = recomputed;
-        }
-        if (split && std::make_pair(totals.second, totals.first) > most_recomputed) {
-          most_recomputed = {totals.second, totals.first};
-          by_recomputed.kept = kept;
-          by_recomputed.recomputed = recomputed;
-        }
+      if ((split || a.op == Op::kForward) && totals > most_kept) {
+        most_kept = totals;
+        by_kept.kept = kept;
+        by_kept.recomputed = recomputed;
+      }
+      // (split: the most recomputed, then kept; full backwards: at a B, the most kept)
+      const std::pair<double, double> order = split ? std::make_pair(totals.second, totals.first) : totals;
+      if ((split || a.op == Op::kBackward) && order > most_recomputed) {
+        most_recomputed = order;
+        by_recomputed.kept = kept;
+        by_recomputed.recomputed = recomputed;
       }
       if (a.op == Op::kBackward || a.op == Op::kBackwardWeight) {
         kept[s] -= 1;
@@ -196,8 +195,9 @@ std::vector<MemoryInstant> MemoryInstants(const Schedule& schedule) {
     }
     if (most_kept == std::pair<double, double>{0, 0}) continue;  // (a rank with no forwards)
     const bool same = by_kept.kept == by_recomputed.kept && by_kept.recomputed == by_recomputed.recomputed;
+    by_recomputed.late = !split;
     instants.push_back(std::move(by_kept));
-    if (split && !same) instants.push_back(std::move(by_recomputed));
+    if (!same && most_recomputed != std::pair<double, double>{0, 0}) instants.push_back(std::move(by_recomputed));
   }
   return instants;
 }
@@ -277,6 +277,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
   MatrixGame game(scale);
   for (size_t i = 0; i < rows.size(); ++i) game.AddRow({});
   for (int i = 0; i < instants; ++i) {
+    if (memory.instants[i].late) continue;
     game.AddRow({}, /*constraint=*/true);
     rows.emplace_back();
     memory_row.push_back(i);
@@ -291,7 +292,7 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
   };
   for (const Column& column : columns) game.AddColumn(entries(column));
   Mix best;
-  bool sought_fitting = false;
+  bool sought_fitting = false, late_joined = false;
   for (int k = 0; k < input.game_iterations && !(k > 0 && input.time_up && input.time_up()); ++k) {
     MatrixGameSolution solution = game.Solve();
     if (!solution.bounded) {
@@ -378,7 +379,30 @@ Mix GameBound(std::vector<Row> chains, const PrecedenceGraph& graph, const std::
     if (longest_path.empty()) break;
     Row row = RowOf(longest_path.front(), stages);
     // (the game's value lies between the bound and that path's length)
-    if (RowMs(row, mixed) <= best.bound * (1 + kGameTolerance)) break;
+    if (RowMs(row, mixed) <= best.bound * (1 + kGameTolerance)) {
+      // Converged: the late instants that the partitions' mix holds more than the limit at join
+      // (each column's holds there are kept), and it goes on; where it holds none of them over,
+      // the mix stands with them, and so does the bound.
+      if (late_joined) break;
+      late_joined = true;
+      bool any = false;
+      for (int i = 0; i < instants; ++i) {
+        if (!memory.instants[i].late) continue;
+        std::vector<double> holds;
+        double mixed_hold = 0;
+        for (size_t j = 0; j < columns.size(); ++j) {
+          holds.push_back((columns[j].holds[i] - memory.Limit()) / memory.Limit());
+          mixed_hold += solution.column[j] * holds.back();
+        }
+        if (mixed_hold <= 1e-9) continue;
+        game.AddRow(holds, /*constraint=*/true);
+        rows.emplace_back();
+        memory_row.push_back(i);
+        any = true;
+      }
+      if (!any) break;
+      continue;
+    }
     // The path joins as a row (the game's basis stays optimal: the dual simplex), then the
     // partition as a column.
     std::vector<double> lengths;

@@ -21,12 +21,15 @@ namespace gpipe::path_internal {
 struct MemoryInstant {
   int rank = 0;
   std::vector<double> kept, recomputed;  // per stage of the schedule (0 off the rank)
+  // Priced only once the game has converged without it (GameBound).
+  bool late = false;
 };
 
 // Per rank, with split backwards: the instants where it holds the most micro-batches kept, and
 // where it holds the most recomputed (each breaking ties by the other count; one where they are the
 // same). With full backwards: the instant right after a forward's start where it holds the most
-// kept (a layer that recomputes holds none there).
+// kept (a layer that recomputes holds none there), and, late, right after a B's start where it
+// holds the most kept (a layer that recomputes holds that B's micro-batch there).
 std::vector<MemoryInstant> MemoryInstants(const Schedule& schedule);
 
 // Memory priced by Lagrange multipliers, one per instant (ms per byte): every plan that fits has
@@ -78,8 +81,10 @@ MemoryPrices MemoryPricesFor(const Schedule& schedule, const PathBoundInput& inp
 // than the bound: the chains' best mix is then found. With memory priced, where no mix of the
 // partitions met fits, a second game (the instants against partitions, each layer holding the
 // least it can) finds partitions that fit, or prices at which every partition holds more than the
-// limit: then no plan fits, and the bound is infinite. `rows`: the chains' mixes to start from;
-// `times`: per layer.
+// limit: then no plan fits, and the bound is infinite. Late instants join once the game has
+// converged without them (at full backwards, partitions that recompute every layer fit the first
+// instants, not the late ones: priced from the start, the game converges far more slowly), and
+// the game goes on. `rows`: the chains' mixes to start from; `times`: per layer.
 Mix GameBound(std::vector<Row> rows, const PrecedenceGraph& graph, const std::vector<OpTimes>& times, int stages,
               const PathBoundInput& input, MemoryPrices memory);
 

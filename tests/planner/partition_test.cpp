@@ -544,9 +544,11 @@ TEST(Partition, InterleavedBoundCountsWholeLayersAgainstMemory) {
 // layers and limits around the least peak of any plan (0.9 to 1.2 times it), the root bound never
 // exceeds the best plan that fits (by brute force over partitions and remat; infinite only where
 // none fits); it proves, without a search, that nothing fits on some instances, and rises above the
-// memory-free bound on others. (It fails when W releases nothing at the instants, when the proof
-// that nothing fits counts a recomputed layer as kept, or when the bound prices a recomputed
-// layer's activations as kept ones.)
+// memory-free bound on others. 1F1B's late instants (full backwards: a layer that recomputes holds
+// one micro-batch from its B's start) are checked alike. (It fails when W releases nothing at the
+// instants, when the proof that nothing fits counts a recomputed layer as kept, when the bound
+// prices a recomputed layer's activations as kept ones, or when a late instant counts three
+// recomputed micro-batches.)
 TEST(Partition, PathBoundMemoryAtSplitBackwardsMatchesBruteForce) {
   std::mt19937 rng(41);
   struct Shape {
