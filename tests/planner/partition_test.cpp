@@ -133,6 +133,19 @@ struct Tally {
   int remat_beyond_memory_faster = 0;  // with no-grad forwards: recomputing more than memory demands won
 };
 
+// `kind` on K ranks of v chunks (stages), M micro-batches: the fields every brute force here sets.
+PartitionProblem ShapeProblem(const Profile& profile, const Cluster& cluster, ScheduleKind kind, int ranks, int chunks,
+                              int microbatches) {
+  PartitionProblem problem;
+  problem.profile = &profile;
+  problem.cluster = &cluster;
+  problem.schedule = kind;
+  problem.ranks = ranks;
+  problem.chunks = chunks;
+  problem.microbatches = microbatches;
+  return problem;
+}
+
 // Random instances (`trials` of them, from `seed`) under `policy`: kStages is checked against the
 // brute force over whole-stage remat, kAuto against the one over remat by layer (interleaved
 // chunks: whole, as the search), kOn and kOff against the one plan per partition they allow.
@@ -189,13 +202,7 @@ void CompareWithBruteForce(RematPolicy policy, int trials, unsigned seed, int ma
       if (shape.ranks * shape.chunks > layers) continue;  // (every stage needs a layer)
       for (int microbatches : {1, 2, 4}) {
         if (!CheckMicrobatchCount(shape.kind, shape.ranks, microbatches).ok()) continue;
-        PartitionProblem problem;
-        problem.profile = &profile;
-        problem.cluster = &cluster;
-        problem.schedule = shape.kind;
-        problem.ranks = shape.ranks;
-        problem.chunks = shape.chunks;
-        problem.microbatches = microbatches;
+        PartitionProblem problem = ShapeProblem(profile, cluster, shape.kind, shape.ranks, shape.chunks, microbatches);
         problem.replicas = shape.replicas;
         problem.global_batch = 4 * shape.replicas;
         problem.placement = trial % 2 ? Placement::kReplicaMajor : Placement::kPipelineMajor;
@@ -569,13 +576,7 @@ TEST(Partition, PathBoundMemoryAtSplitBackwardsMatchesBruteForce) {
     for (const Shape& shape : shapes) {
       for (int microbatches : {4, 8}) {
         if (!CheckMicrobatchCount(shape.kind, shape.ranks, microbatches).ok()) continue;
-        PartitionProblem problem;
-        problem.profile = &profile;
-        problem.cluster = &cluster;
-        problem.schedule = shape.kind;
-        problem.ranks = shape.ranks;
-        problem.chunks = shape.chunks;
-        problem.microbatches = microbatches;
+        PartitionProblem problem = ShapeProblem(profile, cluster, shape.kind, shape.ranks, shape.chunks, microbatches);
         problem.global_batch = microbatches;
         problem.optimizer = Optimizer::kAdam;
         problem.remat = RematPolicy::kAuto;
