@@ -17,16 +17,18 @@ constexpr int kMemoryRanks = 64;
 // The game stops once no path, for the partitions' mix, is longer than the bound by this share.
 constexpr double kGameTolerance = 1e-3;
 
+// What layer l in stage s holds at instant `at`: its model state and the activations of the
+// instant's micro-batches, kept (`keep`) or recomputed.
+double Held(const MemoryPrices& memory, const MemoryInstant& at, int s, int l, bool keep) {
+  return memory.input->static_bytes[l] + (keep ? at.kept[s] : at.recomputed[s]) * memory.input->activation_bytes[l];
+}
+
 // Layer l in stage s, keeping its activations (`keep`) or recomputing its forward: what it adds
-// to what its rank holds at each of its instants (model state, and the activations of the
-// instant's micro-batches, kept or recomputed) and, recomputed, to its stage's backwards (B and I).
+// to what its rank holds at each of its instants (Held) and, recomputed, to its stage's backwards
+// (B and I).
 void Place(const MemoryPrices& memory, const std::vector<OpTimes>& times, int l, int s, bool keep,
            std::vector<OpTimes>* stage_times, std::vector<double>* holds) {
-  const double activation = memory.input->activation_bytes[l];
-  for (int i : memory.by_rank[(*memory.stage_rank)[s]]) {
-    const MemoryInstant& at = memory.instants[i];
-    (*holds)[i] += memory.input->static_bytes[l] + (keep ? at.kept[s] : at.recomputed[s]) * activation;
-  }
+  for (int i : memory.by_rank[(*memory.stage_rank)[s]]) (*holds)[i] += Held(memory, memory.instants[i], s, l, keep);
   if (!keep) {
     (*stage_times)[s][kB] += times[l][kF];
     (*stage_times)[s][kI] += times[l][kF];
@@ -60,11 +62,10 @@ double LeastPriced(const Coefficients& c, double hops, const std::vector<OpTimes
   return least;
 }
 
-// The least a layer in stage s holds at instant `at`: its model state and its activations,
-// recomputed where it may (no instant holds more of a recomputed layer than of a kept one).
+// The least a layer in stage s holds at instant `at`: recomputed where it may (no instant holds
+// more of a recomputed layer than of a kept one).
 double LeastHeld(const MemoryPrices& memory, const MemoryInstant& at, int s, int l) {
-  const double micro_batches = memory.input->may_recompute ? at.recomputed[s] : at.kept[s];
-  return memory.input->static_bytes[l] + micro_batches * memory.input->activation_bytes[l];
+  return Held(memory, at, s, l, !memory.input->may_recompute);
 }
 
 // What each instant's rank holds at least under the partition ending its stages at `ends`.

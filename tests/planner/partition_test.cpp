@@ -381,13 +381,7 @@ Cluster FreeCluster(int devices) {
 
 // Interleaved 1F1B on K ranks of 2 chunks, M micro-batches of one sample, SGD.
 PartitionProblem InterleavedProblem(const Profile& profile, const Cluster& cluster, int ranks, int microbatches) {
-  PartitionProblem problem;
-  problem.profile = &profile;
-  problem.cluster = &cluster;
-  problem.schedule = ScheduleKind::kInterleaved1F1B;
-  problem.ranks = ranks;
-  problem.chunks = 2;
-  problem.microbatches = microbatches;
+  PartitionProblem problem = ShapeProblem(profile, cluster, ScheduleKind::kInterleaved1F1B, ranks, 2, microbatches);
   problem.global_batch = microbatches;
   problem.optimizer = Optimizer::kSgd;
   return problem;
